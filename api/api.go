@@ -1,0 +1,64 @@
+// Package api holds the HTTP wire format shared by the service, the in-pod
+// runner and the client: the request body of POST /v1/execute, its
+// validation, and the JSON error body.
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Limits of a request. The numbers come from the product's published limits.
+const (
+	// DefaultTimeoutS is the snippet timeout when a request names none.
+	DefaultTimeoutS = 20
+	// MaxTimeoutS is the longest a snippet may run.
+	MaxTimeoutS = 60
+	// DefaultMaxBody bounds a request body (1 MiB) so a client cannot make
+	// the service buffer arbitrary amounts of memory.
+	DefaultMaxBody = 1 << 20
+)
+
+// ExecuteRequest is the body of POST /v1/execute.
+type ExecuteRequest struct {
+	Code     string `json:"code"`
+	TimeoutS *int   `json:"timeout_s,omitempty"`
+	Files    []File `json:"files,omitempty"`
+}
+
+// File is an input file as sent on the wire. Encoding is "" or "utf-8" for
+// text, "base64" for bytes.
+type File struct {
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding,omitempty"`
+}
+
+// ErrorBody is the JSON body of every non-2xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// Error is an error that carries the HTTP status it should be answered with.
+// Backends return it to choose a status other than 500.
+type Error struct {
+	Status int
+	Msg    string
+	// RetryAfter, when set, becomes the Retry-After header.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Errorf returns an *Error with the given status.
+func Errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ErrNoCapacity is the answer when no sandbox could be had in time.
+var ErrNoCapacity = &Error{
+	Status:     http.StatusServiceUnavailable,
+	Msg:        "no warm sandbox pod available, try again shortly",
+	RetryAfter: 5 * time.Second,
+}

@@ -1,0 +1,3 @@
+module github.com/sandboxd/sandbox
+
+go 1.26
