@@ -1,0 +1,18 @@
+// Package server is the HTTP face of the sandbox: it decodes requests, hands
+// them to a Backend, and writes results, errors, health and metrics.
+package server
+
+import (
+	"context"
+
+	"github.com/sandboxd/sandbox/exec"
+)
+
+// Backend runs one validated job in a fresh sandbox. A returned *api.Error
+// chooses the HTTP status (503 with Retry-After when no sandbox is free);
+// any other error is a 500 naming it.
+type Backend interface {
+	Execute(ctx context.Context, job exec.Job) (exec.Result, error)
+	// Ready reports whether an execution could start now; it backs /readyz.
+	Ready() bool
+}
