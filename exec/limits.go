@@ -1,0 +1,96 @@
+package exec
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// Limits on the child, and how they are applied.
+//
+// os/exec cannot set rlimits between fork and exec, so Run starts python3
+// with a short preamble (-c) that lowers the soft and hard limits of its own
+// process and only then reads, compiles and executes the snippet. There is no
+// window: no byte of the snippet runs before the limits hold, and an
+// unprivileged process cannot raise a hard limit again. Everything that runs
+// before the preamble is the interpreter's own start-up, and -I (isolated
+// mode) keeps that free of anything the snippet controls: no PYTHON*
+// variables, no user site directory under HOME (which is the working
+// directory), and no working directory on sys.path until the preamble puts
+// it there. The alternatives cost more: re-executing this binary as a shim
+// that calls setrlimit and then execve(python3) pays a second Go start-up
+// (several milliseconds once client-go is linked in), and prlimit(2) on the
+// started child races with its first fork.
+//
+// The preamble also hides itself: the snippet runs in __main__'s own
+// namespace with __file__ and sys.argv[0] naming the snippet file, and a
+// traceback starts at the snippet's frame, as with `python3 file.py`. When
+// the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble leaves a
+// marker file next to the snippet so that Run can report out of memory.
+
+// Resource numbers; syscall lacks RLIMIT_NPROC (<asm-generic/resource.h>).
+const (
+	rlimitFsize = syscall.RLIMIT_FSIZE
+	rlimitCore  = syscall.RLIMIT_CORE
+	rlimitNproc = 6
+	rlimitAS    = syscall.RLIMIT_AS
+)
+
+// oomMarker is the file the preamble creates next to the snippet when it
+// dies of MemoryError.
+const oomMarker = "oom"
+
+// snippetName is the snippet's file name inside the run's private directory.
+const snippetName = "main.py"
+
+const preamble = `def _sandbox():
+    import sys, resource as r
+    for k, v in %s:
+        h = r.getrlimit(k)[1]
+        if h != r.RLIM_INFINITY and (v == r.RLIM_INFINITY or v > h):
+            v = h
+        r.setrlimit(k, (v, v))
+    p = sys.argv[1]
+    sys.argv[:] = [p]
+    sys.path.insert(0, '')
+    g = sys.modules['__main__'].__dict__
+    del g['_sandbox']
+    g['__file__'] = p
+    try:
+        with open(p, 'rb') as f:
+            c = compile(f.read(), p, 'exec', dont_inherit=True)
+        exec(c, g)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        if isinstance(e, MemoryError):
+            try:
+                open(p[:p.rindex('/')] + '/` + oomMarker + `', 'w').close()
+            except BaseException:
+                pass
+        e = e.with_traceback(e.__traceback__.tb_next)
+        sys.excepthook(type(e), e, e.__traceback__)
+        sys.exit(1)
+_sandbox()
+`
+
+// pythonArgs is the child's argv after the interpreter: isolated, unbuffered
+// (so output written before a kill is not lost in a buffer), no .pyc files
+// in the working directory, then the preamble and the snippet's path.
+func pythonArgs(opts Options, snippet string) []string {
+	limits := [][2]int64{
+		{rlimitCore, 0},
+		{rlimitFsize, opts.maxFileSize()},
+		{rlimitNproc, int64(opts.maxProcs())},
+	}
+	if opts.MemoryLimit > 0 {
+		limits = append(limits, [2]int64{rlimitAS, opts.MemoryLimit})
+	}
+	var l strings.Builder
+	l.WriteString("(")
+	for _, kv := range limits {
+		fmt.Fprintf(&l, "(%d, %d), ", kv[0], kv[1])
+	}
+	l.WriteString(")")
+	return []string{"-I", "-u", "-B", "-c", fmt.Sprintf(preamble, l.String()), snippet}
+}

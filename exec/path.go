@@ -1,0 +1,126 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+)
+
+// Bounds on Job.Files.
+const (
+	// MaxFiles bounds how many files one job may carry: each costs a few
+	// syscalls, and real snippets send a handful.
+	MaxFiles = 100
+	// MaxFilesBytes bounds the files' total size. The API's body limit
+	// (1 MiB) is the usual bound; this one protects callers of Run that do
+	// not go through the API, and stays well inside a pod's emptyDir.
+	MaxFilesBytes = 16 << 20
+	// MaxPathLen bounds a whole path: far above real use, and leaves room
+	// under PATH_MAX (4096) for the working directory's own prefix.
+	MaxPathLen = 1024
+	// MaxNameLen is NAME_MAX, the kernel's limit on one path component.
+	MaxNameLen = 255
+)
+
+// ValidatePath reports whether p may name an input file: a relative,
+// slash-separated path that stays inside the working directory. It rejects
+// the empty path, absolute paths, "." and ".." components, empty components
+// (a doubled or trailing slash), NUL bytes, and names over MaxNameLen or paths
+// over MaxPathLen. Symlinks are checked when the file is written.
+func ValidatePath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("file path is empty")
+	case len(p) > MaxPathLen:
+		return fmt.Errorf("file path is %d bytes, over the limit of %d", len(p), MaxPathLen)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("file path %q contains a NUL byte", p)
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("file path %q is absolute; paths are relative to the working directory", p)
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		switch {
+		case c == "":
+			return fmt.Errorf("file path %q has an empty component", p)
+		case c == "." || c == "..":
+			return fmt.Errorf("file path %q has a %q component", p, c)
+		case len(c) > MaxNameLen:
+			return fmt.Errorf("file path %q has a component over %d bytes", p, MaxNameLen)
+		}
+	}
+	return nil
+}
+
+// checkFiles validates every file of a job before anything is written, so a
+// bad job changes nothing.
+func checkFiles(files []File) error {
+	if len(files) > MaxFiles {
+		return fmt.Errorf("%d files, over the limit of %d", len(files), MaxFiles)
+	}
+	total := 0
+	for _, f := range files {
+		if err := ValidatePath(f.Path); err != nil {
+			return err
+		}
+		total += len(f.Content)
+	}
+	if total > MaxFilesBytes {
+		return fmt.Errorf("files total %d bytes, over the limit of %d", total, MaxFilesBytes)
+	}
+	return nil
+}
+
+// writeFiles writes files into dir through an os.Root, so that no path and
+// no symlink already in dir can place a file outside it. When owner is not
+// nil the files and the directories made for them are given to that uid/gid,
+// so an unprivileged child can use them.
+func writeFiles(dir string, files []File, owner *[2]int) error {
+	if len(files) == 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("open working directory: %w", err)
+	}
+	defer root.Close()
+	for _, f := range files {
+		if d := path.Dir(f.Path); d != "." {
+			if err := mkdirOwned(root, d, owner); err != nil {
+				return fmt.Errorf("write file %q: %w", f.Path, err)
+			}
+		}
+		if err := root.WriteFile(f.Path, f.Content, 0o644); err != nil {
+			return fmt.Errorf("write file %q: %w", f.Path, err)
+		}
+		if owner != nil {
+			if err := root.Lchown(f.Path, owner[0], owner[1]); err != nil {
+				return fmt.Errorf("write file %q: %w", f.Path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// mkdirOwned makes d and its parents inside root, owned by owner if set.
+func mkdirOwned(root *os.Root, d string, owner *[2]int) error {
+	if owner == nil {
+		return root.MkdirAll(d, 0o755)
+	}
+	sofar := ""
+	for c := range strings.SplitSeq(d, "/") {
+		sofar = path.Join(sofar, c)
+		err := root.Mkdir(sofar, 0o755)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := root.Lchown(sofar, owner[0], owner[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrInvalidJob marks a job Run refuses before starting anything: a bad file
+// path, too many files, too many bytes. Callers answer it with a 4xx.
+var ErrInvalidJob = errors.New("invalid job")
+
+// Time Run allows for cleaning up after the child has exited.
+const (
+	// sweepTimeout bounds the kill sweep; a tree that outlives it holds a
+	// process we are not allowed to kill.
+	sweepTimeout = 5 * time.Second
+	// drainTimeout bounds reading the pipes after the sweep, for a writer
+	// the sweep could not reach (one that escaped into another PID namespace
+	// through a setuid helper, say).
+	drainTimeout = 2 * time.Second
+)
+
+// Run runs job.Code with python3 in opts.Dir and reports what it did. It
+// returns an error, with a Result as complete as it could make, only when it
+// could not run the job (an invalid job wraps ErrInvalidJob) or ctx ended
+// first; the snippet failing is a Result with a non-zero ExitCode.
+//
+// When Run returns, every process the snippet started is dead, whether it
+// timed out or exited. Result.SandboxID is left for the caller.
+func Run(ctx context.Context, job Job, opts Options) (Result, error) {
+	if opts.Dir == "" {
+		return Result{}, errors.New("run: no working directory")
+	}
+	if err := checkFiles(job.Files); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	timeout := job.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	env := opts.Env
+	if env == nil {
+		env = DefaultEnv(opts.Dir)
+	}
+	python, err := findPython(opts.Python, env)
+	if err != nil {
+		return Result{}, err
+	}
+	var owner *[2]int
+	if c := opts.Credential; c != nil {
+		owner = &[2]int{int(c.Uid), int(c.Gid)}
+	}
+	// The snippet lives outside the working directory, so that the
+	// snippet's own files are exactly Job.Files.
+	private, err := os.MkdirTemp("", "sandbox-code-")
+	if err != nil {
+		return Result{}, fmt.Errorf("run: %w", err)
+	}
+	defer os.RemoveAll(private)
+	snippet := filepath.Join(private, snippetName)
+	if err := os.WriteFile(snippet, []byte(job.Code), 0o600); err != nil {
+		return Result{}, fmt.Errorf("run: write snippet: %w", err)
+	}
+	if owner != nil {
+		for _, p := range []string{private, snippet, opts.Dir} {
+			if err := os.Lchown(p, owner[0], owner[1]); err != nil {
+				return Result{}, fmt.Errorf("run: %w", err)
+			}
+		}
+	}
+	if err := writeFiles(opts.Dir, job.Files, owner); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := becomeSubreaper(); err != nil {
+		return Result{}, fmt.Errorf("run: %w", err)
+	}
+	return start(ctx, opts, timeout, python, pythonArgs(opts, snippet), env, private)
+}
+
+// start runs the prepared child to completion and builds the Result.
+func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, private string) (Result, error) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return Result{}, fmt.Errorf("run: %w", err)
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("run: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return Result{}, fmt.Errorf("run: %w", err)
+	}
+	// Pipes rather than io.Writers: os/exec would wait for the copying to
+	// end, which a background process holding the pipe can postpone; this
+	// way Wait returns when the child exits, and the sweep then closes the
+	// pipes by killing whatever holds them.
+	cmd := &osexec.Cmd{
+		Path:   python,
+		Args:   append([]string{"python3"}, args...),
+		Dir:    opts.Dir,
+		Env:    env,
+		Stdin:  devnull,
+		Stdout: outW,
+		Stderr: errW,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:    true,
+			Cloneflags: opts.Cloneflags,
+			Credential: opts.Credential,
+		},
+	}
+	cgDir, cgV2 := memCgroup()
+	oomBefore := oomKills(cgDir, cgV2)
+
+	live.Lock()
+	err = cmd.Start()
+	if err == nil {
+		live.pids[cmd.Process.Pid] = true
+	}
+	live.Unlock()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return Result{}, fmt.Errorf("run: start %s: %w", python, err)
+	}
+	began := time.Now()
+	pid := cmd.Process.Pid
+
+	max := opts.maxOutput()
+	stdout, stderr := newBoundedBuffer(max), newBoundedBuffer(max)
+	var readers sync.WaitGroup
+	readers.Go(func() { drain(outR, stdout) })
+	readers.Go(func() { drain(errR, stderr) })
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }() // owned here: every path below receives from waited
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var timedOut, cancelled bool
+	var killErr error
+	select {
+	case err = <-waited:
+	case <-timer.C:
+		timedOut = true
+	case <-ctx.Done():
+		cancelled = true
+	}
+	if timedOut || cancelled {
+		killErr = killRun(pid)
+		err = <-waited
+	}
+	duration := time.Since(began)
+
+	live.Lock()
+	delete(live.pids, pid)
+	live.Unlock()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
+	if e := sweep(sctx, 0); e != nil && killErr == nil {
+		killErr = e
+	}
+	cancel()
+
+	// Everything that held the pipes is dead now; the deadline only guards
+	// against a writer the sweep could not reach.
+	deadline := time.Now().Add(drainTimeout)
+	outR.SetReadDeadline(deadline)
+	errR.SetReadDeadline(deadline)
+	readers.Wait()
+	outR.Close()
+	errR.Close()
+
+	res := Result{
+		Stdout:          stdout.String("stdout"),
+		Stderr:          stderr.String("stderr"),
+		DurationMS:      duration.Milliseconds(),
+		StdoutTruncated: stdout.truncated(),
+		StderrTruncated: stderr.truncated(),
+	}
+	var ws syscall.WaitStatus
+	if cmd.ProcessState != nil {
+		ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	} else if err != nil {
+		return res, fmt.Errorf("run: wait: %w", err)
+	}
+	switch {
+	case ws.Exited():
+		res.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		res.ExitCode = 128 + int(ws.Signal())
+	}
+	switch {
+	case timedOut:
+		res.ExitCode = -1
+		res.TimedOut = true
+		res.Stderr = appendLine(res.Stderr, "timed out after "+formatSeconds(timeout)+"\n")
+	case fileExists(filepath.Join(private, oomMarker)):
+		res.ExitCode = 137
+		res.OOMKilled = true
+		res.Stderr = appendLine(res.Stderr, oomLine(opts.MemoryLimit))
+	case !cancelled && ws.Signaled() && ws.Signal() == syscall.SIGKILL &&
+		oomBefore >= 0 && oomKills(cgDir, cgV2) > oomBefore:
+		res.OOMKilled = true
+		res.Stderr = appendLine(res.Stderr, oomLine(cgroupMemoryLimit(cgDir, cgV2)))
+	}
+	if cancelled {
+		return res, fmt.Errorf("run cancelled: %w", context.Cause(ctx))
+	}
+	if killErr != nil {
+		return res, fmt.Errorf("run: %w", killErr)
+	}
+	return res, nil
+}
+
+// killRun kills the child's process group at once, then everything else it
+// started.
+func killRun(pid int) error {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+	defer cancel()
+	return sweep(ctx, pid)
+}
+
+// appendLine appends line to s, starting it on a line of its own.
+func appendLine(s, line string) string {
+	if s != "" && !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return s + line
+}
+
+// formatSeconds writes d in seconds: "2", or "0.5" for a fraction.
+func formatSeconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// findPython resolves the interpreter in the child's PATH, not the
+// runner's: the runner's PATH may hold shims (pyenv) that need variables the
+// child does not get.
+func findPython(python string, env []string) (string, error) {
+	if python == "" {
+		python = "python3"
+	}
+	if strings.Contains(python, "/") {
+		return python, nil
+	}
+	path := defaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for dir := range strings.SplitSeq(path, ":") {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, python)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("run: %s not found in PATH %s", python, path)
+}
