@@ -1,0 +1,86 @@
+package exec
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// spawnTree starts the processes a snippet may leave behind and writes their
+// pids, one a line, to pids.txt in the working directory: a grandchild that
+// called setsid() (a double-forked daemon), a child in its own process group
+// that ignores SIGTERM, and a background writer that keeps printing to the
+// inherited stdout.
+const spawnTree = `import os, signal, subprocess, sys, time
+pids = []
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, b"%d\n" % os.getpid())
+        time.sleep(300)
+    os._exit(0)
+pids.append(int(os.read(r, 32)))
+p = subprocess.Popen([sys.executable, "-c",
+    "import os, signal, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"])
+pids.append(p.pid)
+q = subprocess.Popen([sys.executable, "-u", "-c",
+    "import time\nwhile True:\n    print('beat', flush=True)\n    time.sleep(0.01)"])
+pids.append(q.pid)
+with open("pids.txt", "w") as f:
+    f.write("".join("%d\n" % p for p in pids))
+print("started", flush=True)
+sys.stderr.write("before the end\n")
+`
+
+func TestTimeoutKillsEveryProcess(t *testing.T) {
+	dir := t.TempDir()
+	res := run(t, Job{Code: spawnTree + "time.sleep(300)\n", Timeout: 2 * time.Second}, Options{Dir: dir})
+	if !res.TimedOut || res.ExitCode != -1 {
+		t.Errorf("timed_out = %v, exit_code = %d; want true, -1", res.TimedOut, res.ExitCode)
+	}
+	if !strings.HasSuffix(res.Stderr, "before the end\ntimed out after 2s\n") {
+		t.Errorf("stderr = %q, want the code's output and then the timeout line", res.Stderr)
+	}
+	if !strings.HasPrefix(res.Stdout, "started\n") {
+		t.Errorf("stdout = %q", res.Stdout)
+	}
+	assertDead(t, dir)
+}
+
+func TestNormalExitKillsEveryProcess(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now()
+	res := run(t, Job{Code: spawnTree, Timeout: 30 * time.Second}, Options{Dir: dir})
+	if res.TimedOut || res.ExitCode != 0 {
+		t.Errorf("timed_out = %v, exit_code = %d, stderr %q; want false, 0", res.TimedOut, res.ExitCode, res.Stderr)
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Errorf("Run waited for the background processes instead of killing them")
+	}
+	assertDead(t, dir)
+}
+
+// assertDead checks that every pid in dir/pids.txt is gone, not even a zombie.
+func assertDead(t *testing.T, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(dir + "/pids.txt")
+	if err != nil {
+		t.Fatalf("the snippet did not record its pids: %v", err)
+	}
+	pids := strings.Fields(string(b))
+	if len(pids) != 3 {
+		t.Fatalf("pids.txt = %q, want 3 pids", b)
+	}
+	for _, s := range pids {
+		pid, _ := strconv.Atoi(s)
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			stat, _ := os.ReadFile("/proc/" + s + "/stat")
+			t.Errorf("pid %d outlived the run: kill(pid, 0) = %v, stat %q", pid, err, stat)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package exec
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestBoundedBufferKeepsHeadAndTail checks the buffer against the obvious
+// answer over many random write patterns.
+func TestBoundedBufferKeepsHeadAndTail(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		max := 1 + rng.IntN(40)
+		var all []byte
+		b := newBoundedBuffer(max)
+		for range rng.IntN(12) {
+			p := make([]byte, rng.IntN(3*max))
+			for j := range p {
+				p[j] = byte('a' + rng.IntN(26))
+			}
+			all = append(all, p...)
+			b.Write(p)
+		}
+		h := max / 2
+		var want string
+		if len(all) <= max {
+			want = string(all)
+		} else {
+			tail := all[len(all)-(max-h):]
+			want = string(all[:h])
+			if h > 0 {
+				want += "\n"
+			}
+			want += "[sandbox: " + strconv.Itoa(len(all)-max) + " bytes of stdout dropped here; the first and last bytes are kept]\n" + string(tail)
+		}
+		if got := b.String("stdout"); got != want || b.truncated() != (len(all) > max) {
+			t.Fatalf("case %d (max %d, %d bytes): got %q, want %q", i, max, len(all), got, want)
+		}
+	}
+}
+
+func TestBoundedBufferCutsWholeRunes(t *testing.T) {
+	b := newBoundedBuffer(8)
+	b.Write([]byte(strings.Repeat("é", 20))) // 2 bytes each: cuts fall mid-rune
+	s := b.String("stdout")
+	if !utf8.ValidString(s) || strings.ContainsRune(s, utf8.RuneError) {
+		t.Errorf("got %q, want whole runes only", s)
+	}
+}
+
+// TestFloodMemory floods stdout with 200 MB and checks that the runner
+// allocated little more than its cap: the buffer is fixed, and the pipe is
+// drained through one reused read buffer.
+func TestFloodMemory(t *testing.T) {
+	const flood = 200 << 20
+	code := "import sys\nb = b'x' * 65536\nw = sys.stdout.buffer.write\nfor _ in range(" +
+		strconv.Itoa(flood/65536) + "):\n    w(b)\nsys.stderr.write('done')\n"
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	res := run(t, Job{Code: code}, Options{})
+	runtime.ReadMemStats(&after)
+	if !res.StdoutTruncated || res.StderrTruncated || res.Stderr != "done" {
+		t.Errorf("stdout_truncated %v, stderr_truncated %v, stderr %q", res.StdoutTruncated, res.StderrTruncated, res.Stderr)
+	}
+	if !strings.Contains(res.Stdout, "[sandbox: "+strconv.Itoa(flood-DefaultMaxOutput)+" bytes of stdout dropped here") {
+		t.Errorf("no marker counting the dropped bytes in stdout (%d bytes)", len(res.Stdout))
+	}
+	if n := len(res.Stdout); n > DefaultMaxOutput+200 {
+		t.Errorf("kept %d bytes of stdout, cap %d", n, DefaultMaxOutput)
+	}
+	// Fixed buffers (2 x 1 MiB), the result strings (about 2 MiB more) and
+	// small change; an unbounded buffer would allocate over 200 MB.
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated %d KiB while draining %d MiB", allocated>>10, flood>>20)
+	if allocated > 16<<20 {
+		t.Errorf("the runner allocated %d MiB for a %d MiB flood with a 1 MiB cap", allocated>>20, flood>>20)
+	}
+	if !bytes.HasPrefix([]byte(res.Stdout), bytes.Repeat([]byte("x"), 1000)) {
+		t.Errorf("the head of stdout is lost")
+	}
+}
