@@ -1,0 +1,220 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandboxd/sandbox/exec"
+)
+
+// Limits on input files: the runner's own (see exec.MaxFiles and
+// exec.MaxFilesBytes for why these numbers). Decode checks them up front so
+// that a request over them is a 400 naming the limit and nothing runs.
+const (
+	MaxFiles      = exec.MaxFiles
+	MaxFilesBytes = exec.MaxFilesBytes
+)
+
+// Encodings a File may name.
+const (
+	EncodingUTF8   = "utf-8"
+	EncodingBase64 = "base64"
+)
+
+// Decode reads one ExecuteRequest from r and returns the validated job. Every
+// error it returns is an *Error whose message names the problem: 400 for bad
+// input, 413 when r is an http.MaxBytesReader that hit its limit.
+func Decode(r io.Reader) (exec.Job, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var req ExecuteRequest
+	if err := dec.Decode(&req); err != nil {
+		return exec.Job{}, decodeError(err)
+	}
+	// One JSON value per body: "{...}{...}" or "{...} x" is a client bug
+	// that would otherwise be silently half-read.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil || isSyntax(err) {
+			return exec.Job{}, Errorf(http.StatusBadRequest,
+				"malformed JSON: unexpected data after the request object at byte offset %d", dec.InputOffset())
+		}
+		return exec.Job{}, decodeError(err)
+	}
+	return req.Job()
+}
+
+// Job validates the request and converts it into an exec.Job. Decode calls
+// it; it is exported for callers that build requests in code.
+func (req *ExecuteRequest) Job() (exec.Job, error) {
+	if req.Code == "" {
+		return exec.Job{}, Errorf(http.StatusBadRequest, `missing code: "code" must be a non-empty string of Python source`)
+	}
+	// The interpreter refuses source with NUL bytes anyway; say so up front
+	// rather than as a confusing run failure.
+	if strings.IndexByte(req.Code, 0) >= 0 {
+		return exec.Job{}, Errorf(http.StatusBadRequest, "code contains a NUL byte")
+	}
+	timeoutS := DefaultTimeoutS
+	if req.TimeoutS != nil {
+		timeoutS = *req.TimeoutS
+		if timeoutS < 1 || timeoutS > MaxTimeoutS {
+			return exec.Job{}, Errorf(http.StatusBadRequest,
+				"timeout_s %d out of range: must be from 1 to %d seconds", timeoutS, MaxTimeoutS)
+		}
+	}
+	files, err := decodeFiles(req.Files)
+	if err != nil {
+		return exec.Job{}, err
+	}
+	return exec.Job{Code: req.Code, Timeout: time.Duration(timeoutS) * time.Second, Files: files}, nil
+}
+
+func decodeFiles(in []File) ([]exec.File, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if len(in) > MaxFiles {
+		return nil, Errorf(http.StatusBadRequest, "too many files: %d, at most %d", len(in), MaxFiles)
+	}
+	out := make([]exec.File, 0, len(in))
+	seen := make(map[string]int, len(in))
+	total := 0
+	for i, f := range in {
+		if err := exec.ValidatePath(f.Path); err != nil {
+			return nil, Errorf(http.StatusBadRequest, "files[%d]: %v", i, err)
+		}
+		var content []byte
+		switch f.Encoding {
+		case "", EncodingUTF8:
+			content = []byte(f.Content)
+		case EncodingBase64:
+			b, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return nil, Errorf(http.StatusBadRequest, "files[%d] (%q): content is not valid base64: %v", i, f.Path, err)
+			}
+			content = b
+		default:
+			return nil, Errorf(http.StatusBadRequest, "files[%d] (%q): unknown encoding %q: use %q or %q",
+				i, f.Path, f.Encoding, EncodingUTF8, EncodingBase64)
+		}
+		total += len(content)
+		if total > MaxFilesBytes {
+			return nil, Errorf(http.StatusBadRequest, "files too large: more than %d bytes in total", MaxFilesBytes)
+		}
+		// Two files with the same path, or one file under another, cannot
+		// both be written; catch it here so that nothing runs. ValidatePath
+		// has made paths canonical (no ".", "..", or empty components).
+		if j, ok := seen[f.Path]; ok {
+			return nil, Errorf(http.StatusBadRequest, "files[%d]: path %q already given by files[%d]", i, f.Path, j)
+		}
+		seen[f.Path] = i
+		out = append(out, exec.File{Path: f.Path, Content: content})
+	}
+	for p, i := range seen {
+		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+			if j, ok := seen[dir]; ok {
+				return nil, Errorf(http.StatusBadRequest, "files[%d]: path %q is inside files[%d] (%q), which is a file",
+					i, in[i].Path, j, in[j].Path)
+			}
+		}
+	}
+	return out, nil
+}
+
+// decodeError turns an error from json.Decoder.Decode into an *Error that
+// names the problem.
+func decodeError(err error) error {
+	var (
+		syntax   *json.SyntaxError
+		typ      *json.UnmarshalTypeError
+		tooLarge *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &tooLarge):
+		return Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", tooLarge.Limit)
+	case errors.Is(err, io.EOF):
+		return Errorf(http.StatusBadRequest, `empty body: expected a JSON object such as {"code": "print(1)"}`)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return Errorf(http.StatusBadRequest, "malformed JSON: the body ends in the middle of a value")
+	case errors.As(err, &syntax):
+		return Errorf(http.StatusBadRequest, "malformed JSON at byte offset %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return Errorf(http.StatusBadRequest, "the body must be a JSON object, not %s", typ.Value)
+		}
+		return Errorf(http.StatusBadRequest, "field %q: expected %s, got %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
+	}
+	// encoding/json reports unknown fields only as text.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return Errorf(http.StatusBadRequest, "unknown field %s: the fields are code, timeout_s and files (path, content, encoding)", name)
+	}
+	if !strings.HasPrefix(err.Error(), "json: ") {
+		// The reader's own error: the client went away or sent a broken
+		// chunked body. Still the request's fault, not the service's.
+		return Errorf(http.StatusBadRequest, "read request body: %v", err)
+	}
+	return Errorf(http.StatusBadRequest, "malformed request: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func isSyntax(err error) bool {
+	var syntax *json.SyntaxError
+	return errors.As(err, &syntax)
+}
+
+// jsonType names a Go type the way a JSON client thinks of it.
+func jsonType(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "int"), goType == "*int":
+		return "an integer"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.HasPrefix(goType, "api.") || strings.HasPrefix(goType, "struct"):
+		return "an object"
+	}
+	return goType
+}
+
+// FromJob is the inverse of Decode: it builds the request that makes an
+// in-pod runner run the same job. Content that is not valid UTF-8 is sent
+// as base64 so that every byte survives JSON.
+func FromJob(job exec.Job) ExecuteRequest {
+	req := ExecuteRequest{Code: job.Code}
+	if job.Timeout > 0 {
+		// Round up: a job never gets less time than it was given.
+		s := int((job.Timeout + time.Second - 1) / time.Second)
+		req.TimeoutS = &s
+	}
+	if len(job.Files) > 0 {
+		req.Files = make([]File, len(job.Files))
+		for i, f := range job.Files {
+			if utf8.Valid(f.Content) {
+				req.Files[i] = File{Path: f.Path, Content: string(f.Content)}
+			} else {
+				req.Files[i] = File{Path: f.Path, Content: base64.StdEncoding.EncodeToString(f.Content), Encoding: EncodingBase64}
+			}
+		}
+	}
+	return req
+}
+
+// Encode returns the JSON body for req; the pool and the client use it.
+func Encode(req ExecuteRequest) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(req); err != nil {
+		return nil, fmt.Errorf("encode execute request: %w", err)
+	}
+	return buf.Bytes(), nil
+}
