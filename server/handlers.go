@@ -1,0 +1,215 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/exec"
+)
+
+// route is one path and the methods it answers.
+type route struct {
+	methods []string
+	handler http.HandlerFunc
+}
+
+// routes builds the handler. It routes by hand rather than with
+// http.ServeMux patterns so that 404 and 405 answers are JSON like every
+// other error.
+func (s *Server) routes() http.Handler {
+	metricsHandler := promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
+	table := map[string]route{
+		"/v1/execute": {[]string{http.MethodPost}, s.execute},
+		"/healthz":    {[]string{http.MethodGet, http.MethodHead}, s.healthz},
+		"/readyz":     {[]string{http.MethodGet, http.MethodHead}, s.readyz},
+		"/metrics":    {[]string{http.MethodGet, http.MethodHead}, metricsHandler.ServeHTTP},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := table[r.URL.Path]
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the API is POST /v1/execute", r.URL.Path))
+			return
+		}
+		for _, m := range rt.methods {
+			if r.Method == m {
+				rt.handler(w, r)
+				return
+			}
+		}
+		allow := strings.Join(rt.methods, ", ")
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case s.draining.Load():
+		writeError(w, http.StatusServiceUnavailable, "shutting down")
+	case !s.opts.Backend.Ready():
+		writeError(w, http.StatusServiceUnavailable, "backend not ready: no sandbox could start now")
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+// execution is what the log line and the metrics record of one request.
+type execution struct {
+	requestID string
+	status    int
+	outcome   string
+	result    exec.Result
+	job       exec.Job
+	err       error
+	began     time.Time
+	reached   bool // the job reached the backend
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	s.metrics.begin()
+	defer s.metrics.end()
+	e := &execution{requestID: newRequestID(), began: time.Now()}
+	defer s.record(e)
+	defer func() {
+		// A panicking backend answers like a failing one, and the server
+		// keeps serving.
+		if p := recover(); p != nil {
+			e.err = fmt.Errorf("backend panicked: %v", p)
+			e.status, e.outcome = http.StatusInternalServerError, OutcomeFailed
+			writeError(w, e.status, "internal error: "+e.err.Error())
+		}
+	}()
+
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	job, err := api.Decode(body)
+	if err != nil {
+		e.err = err
+		e.status, e.outcome = s.writeErr(w, r.Context(), err)
+		return
+	}
+	e.job, e.reached = job, true
+	res, err := s.opts.Backend.Execute(r.Context(), job)
+	if err != nil {
+		e.err = err
+		e.status, e.outcome = s.writeErr(w, r.Context(), err)
+		return
+	}
+	e.result, e.status = res, http.StatusOK
+	switch {
+	case res.TimedOut:
+		e.outcome = OutcomeTimeout
+	case res.OOMKilled:
+		e.outcome = OutcomeOOM
+	case res.ExitCode != 0:
+		e.outcome = OutcomeErrorExit
+	default:
+		e.outcome = OutcomeOK
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// writeErr answers err and returns the status and outcome. An *api.Error
+// chooses the status (and Retry-After); anything else is a 500 naming it.
+func (s *Server) writeErr(w http.ResponseWriter, ctx context.Context, err error) (int, string) {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		if ae.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
+		}
+		writeError(w, ae.Status, ae.Msg)
+		if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable {
+			return ae.Status, OutcomeFailed
+		}
+		return ae.Status, OutcomeRejected
+	}
+	if ctx.Err() != nil {
+		// Nobody may be listening any more, but say what happened.
+		writeError(w, http.StatusServiceUnavailable, "execution cancelled: "+err.Error())
+		return http.StatusServiceUnavailable, OutcomeCanceled
+	}
+	writeError(w, http.StatusInternalServerError, "execution failed: "+err.Error())
+	return http.StatusInternalServerError, OutcomeFailed
+}
+
+// record logs one line for the request and updates the metrics. The code is
+// never logged: it is the user's, and may hold anything.
+func (s *Server) record(e *execution) {
+	d := time.Since(e.began)
+	s.metrics.executions.WithLabelValues(e.outcome).Inc()
+	if e.reached {
+		s.metrics.duration.Observe(d.Seconds())
+	}
+	attrs := []slog.Attr{
+		slog.String("id", e.requestID),
+		slog.String("outcome", e.outcome),
+		slog.Int("status", e.status),
+		slog.Int64("duration_ms", d.Milliseconds()),
+	}
+	if e.reached {
+		attrs = append(attrs,
+			slog.Int("timeout_s", int(e.job.Timeout/time.Second)),
+			slog.Int("files", len(e.job.Files)),
+			slog.Int("code_bytes", len(e.job.Code)))
+	}
+	if e.status == http.StatusOK {
+		attrs = append(attrs,
+			slog.String("sandbox_id", e.result.SandboxID),
+			slog.Int("exit_code", e.result.ExitCode),
+			slog.Int64("run_ms", e.result.DurationMS),
+			slog.Int("stdout_bytes", len(e.result.Stdout)),
+			slog.Int("stderr_bytes", len(e.result.Stderr)),
+			slog.Bool("stdout_truncated", e.result.StdoutTruncated),
+			slog.Bool("stderr_truncated", e.result.StderrTruncated))
+	}
+	level := slog.LevelInfo
+	if e.err != nil {
+		attrs = append(attrs, slog.String("error", e.err.Error()))
+		if e.outcome == OutcomeFailed {
+			level = slog.LevelError
+		}
+	}
+	s.log.LogAttrs(context.Background(), level, "execution", attrs...)
+}
+
+// writeJSON writes v as the JSON body with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(api.ErrorBody{Error: "encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// writeError writes the JSON error body every non-2xx answer carries.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, api.ErrorBody{Error: msg})
+}
+
+// newRequestID names one request in the log, also for requests that never
+// got a sandbox.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

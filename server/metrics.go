@@ -1,0 +1,72 @@
+package server
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of an execution, as logged and counted.
+const (
+	OutcomeOK        = "ok"         // ran and exited 0
+	OutcomeErrorExit = "error_exit" // ran and exited non-zero
+	OutcomeTimeout   = "timeout"    // killed at its deadline
+	OutcomeOOM       = "oom"        // killed for memory
+	OutcomeRejected  = "rejected"   // refused: bad request (4xx) or no capacity (503)
+	OutcomeFailed    = "failed"     // the service could not run it (5xx)
+	OutcomeCanceled  = "canceled"   // the client went away or the server stopped
+)
+
+var outcomes = []string{OutcomeOK, OutcomeErrorExit, OutcomeTimeout, OutcomeOOM, OutcomeRejected, OutcomeFailed, OutcomeCanceled}
+
+// durationBuckets span a trivial snippet (tens of ms) to the longest
+// allowed (60 s).
+var durationBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60}
+
+type metrics struct {
+	executions *prometheus.CounterVec
+	duration   prometheus.Histogram
+	inFlight   prometheus.Gauge
+	// inFlightCount mirrors inFlight for the shutdown log.
+	inFlightCount atomic.Int64
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_executions_total",
+			Help: "Requests to POST /v1/execute, by outcome.",
+		}, []string{"outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbox_execution_duration_seconds",
+			Help:    "Time to answer POST /v1/execute for requests that reached the backend, waiting for a sandbox included.",
+			Buckets: durationBuckets,
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbox_executions_in_flight",
+			Help: "Requests to POST /v1/execute being answered now.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.executions, m.duration, m.inFlight} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("server: register metrics: %w", err)
+		}
+	}
+	// Every outcome shows from the start, so that rate() over a fresh
+	// series does not miss its first increment.
+	for _, o := range outcomes {
+		m.executions.WithLabelValues(o)
+	}
+	return m, nil
+}
+
+func (m *metrics) begin() {
+	m.inFlight.Inc()
+	m.inFlightCount.Add(1)
+}
+
+func (m *metrics) end() {
+	m.inFlight.Dec()
+	m.inFlightCount.Add(-1)
+}
