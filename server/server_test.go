@@ -175,7 +175,7 @@ func TestErrors(t *testing.T) {
 			status: 503, msg: "no warm sandbox pod available", header: [2]string{"Retry-After", "5"}, outcome: OutcomeRejected},
 		{name: "backend bad request", method: "POST", path: "/v1/execute", body: `{"code":"x"}`,
 			backendErr: fmt.Errorf("write files: %w", api.Errorf(400, "files[0]: a symlink escapes")),
-			status: 400, msg: "a symlink escapes", outcome: OutcomeRejected},
+			status:     400, msg: "a symlink escapes", outcome: OutcomeRejected},
 		{name: "backend failure", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: errors.New("create pod: quota exceeded"),
 			status: 500, msg: "execution failed: create pod: quota exceeded", outcome: OutcomeFailed},
 	}
