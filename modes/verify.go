@@ -1,9 +1,55 @@
 package modes
 
-import "errors"
+import (
+	"fmt"
+	"time"
 
-// VerifyCmd is a placeholder until its issue lands.
-type VerifyCmd struct{}
+	"github.com/sandboxd/sandbox/verify"
+)
 
-// Run reports that the mode is not built yet.
-func (c *VerifyCmd) Run(d *Deps) error { return errors.New("verify: not implemented yet") }
+// VerifyCmd proves a live deployment's security properties and reports each
+// as PASS, FAIL or INCONCLUSIVE with its evidence.
+type VerifyCmd struct {
+	Namespace  string `default:"sandbox" env:"SANDBOX_NAMESPACE" help:"Namespace of the deployed service and its snippet pods."`
+	URL        string `name:"url" env:"SANDBOX_URL" help:"Base URL of the service; empty opens a port-forward to Service --service."`
+	Kubeconfig string `type:"path" help:"Kubeconfig file (default: KUBECONFIG or ~/.kube/config). Needs admin rights: verify creates a namespace, execs into its control pod and reviews RBAC."`
+	Context    string `name:"context" help:"Kubeconfig context to use."`
+	Service    string `default:"sandbox" help:"Name of the service's Service and Deployment."`
+
+	ServiceAccount string   `default:"sandbox" help:"The service's ServiceAccount, whose rights are reviewed."`
+	Image          string   `help:"Image of verify's canary and control pods (needs python3); default: the service's own image."`
+	MetadataAddr   string   `default:"169.254.169.254:80" help:"Metadata service (or its stand-in) as host:port answering HTTP; empty skips it. Never a real outside address in tests."`
+	InternetAddr   string   `default:"198.51.100.10:80" help:"An 'internet' stand-in as host:port answering HTTP; empty skips it."`
+	ClusterDomain  string   `default:"cluster.local" help:"Cluster DNS domain."`
+	RuntimeClass   string   `help:"runtimeClassName snippet pods must carry (empty: none configured)."`
+	MemoryLimit    string   `default:"512Mi" help:"Memory limit snippet pods must carry."`
+	Parallel       int      `default:"3" help:"Concurrent runs of the parallel check."`
+	Only           []string `sep:"," enum:"lifecycle,posture,inside,network,runner,rbac,toolcalls" help:"Run only these check groups (comma-separated)."`
+
+	Output            string        `short:"o" default:"table" enum:"table,json,junit" help:"Report format: table, json or junit."`
+	AllowInconclusive bool          `help:"Let INCONCLUSIVE checks pass (FAIL still fails)."`
+	Timeout           time.Duration `default:"10m" help:"Bound on the whole run."`
+	Keep              bool          `hidden:"" help:"Keep verify's namespace afterwards, for debugging."`
+}
+
+// Run verifies; the report goes to stdout, progress to stderr. It exits 1
+// when any check FAILs, or is INCONCLUSIVE without --allow-inconclusive.
+func (c *VerifyCmd) Run(d *Deps) error {
+	rep, err := verify.Run(d.Ctx, verify.Options{
+		Namespace: c.Namespace, Service: c.Service, URL: c.URL, Kubeconfig: c.Kubeconfig, Context: c.Context,
+		ServiceAccount: c.ServiceAccount, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr,
+		ClusterDomain: c.ClusterDomain, RuntimeClass: c.RuntimeClass, MemoryLimit: c.MemoryLimit, Parallel: c.Parallel,
+		Only: c.Only, Timeout: c.Timeout, AllowInconclusive: c.AllowInconclusive, KeepFixtures: c.Keep,
+		Progress: d.Stderr,
+	})
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if err := rep.Write(d.Stdout, c.Output); err != nil {
+		return fmt.Errorf("verify: write report: %w", err)
+	}
+	if !rep.Summary.OK {
+		return &ExitError{Code: 1}
+	}
+	return nil
+}

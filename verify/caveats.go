@@ -1,0 +1,124 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// checkToolCalls: the tool-call probes (16, 17) apply once /v1/call exists.
+// Until then they are reported as not applicable, never as passed.
+func checkToolCalls(ctx context.Context, e *env) []Result {
+	const name = "toolcalls/egress"
+	st, body, err := e.probeCall(ctx)
+	switch {
+	case err != nil:
+		return []Result{result(name, "16,17", Inconclusive, "POST /v1/call: %v", err)}
+	case st == http.StatusNotFound || st == http.StatusMethodNotAllowed:
+		return []Result{result(name, "16,17", Skip, "not applicable: the service has no /v1/call (HTTP %d), so there are no tool-call pods to probe", st)}
+	}
+	return []Result{result(name, "16,17", Inconclusive, "the service answers /v1/call (HTTP %d %q) but verify has no tool-call probes yet: internet allowed, metadata and private ranges blocked are NOT verified", st, clip(body, 100))}
+}
+
+func (e *env) probeCall(ctx context.Context) (int, string, error) {
+	h, ok := e.sb.(*httpSandbox)
+	if !ok {
+		return http.StatusNotFound, "", nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/v1/call", strings.NewReader("{}"))
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 512)
+	n, _ := resp.Body.Read(buf)
+	b.Write(buf[:n])
+	return resp.StatusCode, b.String(), nil
+}
+
+// runtimeIsGVisor reads the RuntimeClass of the snippet pods, if any.
+func (e *env) runtimeIsGVisor(ctx context.Context) bool {
+	rc := e.target["runtime_class"]
+	if rc == "" {
+		rc = e.opts.RuntimeClass
+	}
+	if rc == "" {
+		return false
+	}
+	r, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, rc, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	return strings.Contains(r.Handler, "runsc") || strings.Contains(r.Handler, "gvisor")
+}
+
+// caveats states what is true of every deployment like this one, with what
+// this run saw.
+func (e *env) caveats(ctx context.Context) []string {
+	var out []string
+	// DNS exfiltration.
+	dns := "DNS is an exfiltration channel: snippet pods may query the cluster DNS"
+	if e.network != nil && e.network.sandbox != nil {
+		for _, t := range e.network.targets {
+			if t.allowed {
+				if o := e.network.sandbox.Outcomes[t.Name]; o != nil && o.Answered {
+					dns = fmt.Sprintf("DNS is an exfiltration channel: a sandbox resolved %s through the cluster DNS (%s, %s)", t.QName, t.Addr(), t.Kind)
+					break
+				}
+			}
+		}
+	}
+	if cm, err := e.cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{}); err == nil {
+		if cf := cm.Data["Corefile"]; strings.Contains(cf, "forward ") {
+			dns += ", and CoreDNS forwards names outside the cluster domain upstream (Corefile: " + firstLineWith(cf, "forward ") + ")"
+		}
+	}
+	out = append(out, dns+"; data can leave encoded in query names while arbitrary names resolve. The product has no DNS lock-down yet.")
+
+	// Runtime and kernel.
+	rc := e.target["runtime_class"]
+	handler := "the node's default runtime handler (runc)"
+	if rc != "" {
+		handler = "RuntimeClass " + rc
+		if r, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, rc, metav1.GetOptions{}); err == nil {
+			handler += " (handler " + r.Handler + ")"
+		}
+	}
+	var nodes []string
+	if nl, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, n := range nl.Items {
+			if node := e.target["node"]; node != "" && node != n.Name {
+				continue
+			}
+			ni := n.Status.NodeInfo
+			nodes = append(nodes, fmt.Sprintf("%s: %s, kernel %s, %s, kubelet %s", n.Name, ni.ContainerRuntimeVersion, ni.KernelVersion, ni.OSImage, ni.KubeletVersion))
+		}
+	}
+	e.target["nodes"] = strings.Join(nodes, "; ")
+	if e.target["runtime_seen_inside"] == "gVisor" {
+		out = append(out, fmt.Sprintf("Snippet pods run under %s, gVisor: syscalls are served by its user-space kernel, a smaller attack surface than the host kernel. Seen from outside: %s.", handler, strings.Join(nodes, "; ")))
+	} else {
+		out = append(out, fmt.Sprintf("Snippet pods run under %s: containers share the host kernel, so a kernel exploit escapes the sandbox (no VM or gVisor boundary). Seen from outside: %s.", handler, strings.Join(nodes, "; ")))
+	}
+	if e.opts.MetadataAddr == "" || e.opts.InternetAddr == "" {
+		out = append(out, "Some stand-in addresses were not given (--metadata-addr, --internet-addr): those targets were not probed.")
+	}
+	return out
+}
+
+func firstLineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,361 @@
+package verify
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox/api"
+)
+
+//go:embed snippets/tree.py
+var treeScript string
+
+// Numbers of the runner probes.
+const (
+	// timeoutS2 is the timeout of the spin and tree probes (the spec's 2 s).
+	timeoutS2 = 2
+	// treeLife is how long the survivors would live: long enough that a
+	// runner waiting for their pipes answers visibly late, short enough that
+	// such a runner still answers.
+	treeLife = 8.0
+	// killGrace is how long after the deadline a survivor may still be
+	// heard: a runner may send SIGTERM, wait a moment, then SIGKILL.
+	killGrace = 1.0
+	// floodBytes is the print flood: far beyond any sane output bound and
+	// beyond the service's expected memory growth.
+	floodBytes = 256 << 20
+	// maxKeptOutput is the most output verify accepts back from a flood
+	// (the runner keeps 1 MiB per stream by default; 8 MiB leaves room for
+	// another setting while still proving a bound).
+	maxKeptOutput = 8 << 20
+	// rssGrowthLimit is how much the serve process may grow during the
+	// flood: a fraction of what it would need to hold the flood.
+	rssGrowthLimit = 64 << 20
+	// bombCapMiB caps the memory bomb so that a deployment without a limit
+	// does not take the node down with it: surviving it is already a FAIL.
+	bombCapMiB = 1536
+	// forkCap caps the fork bomb for the same reason.
+	forkCap = 4096
+)
+
+// checkTimeout is probe 18: a spin loop is cut at 2 s with the documented
+// answer, and a process tree built to survive is dead by the answer.
+func checkTimeout(ctx context.Context, e *env) []Result {
+	var out []Result
+	a, err := e.execute(ctx, "while True:\n    pass\n", timeoutS2)
+	out = append(out, judgeSpin(a, err))
+
+	code := strings.NewReplacer("%(life)f", fmt.Sprintf("%.1f", treeLife), "%%", "%").Replace(treeScript)
+	a, err = e.execute(ctx, code, timeoutS2)
+	out = append(out, judgeTree(a, err))
+	return out
+}
+
+func judgeSpin(a *answer, err error) Result {
+	const name = "runner/timeout"
+	if err != nil {
+		return result(name, "18", Fail, "%v", err)
+	}
+	if !a.ok() {
+		return result(name, "18", Fail, "service answered %s", a.describe())
+	}
+	r := a.Result
+	want := fmt.Sprintf("timed out after %ds", timeoutS2)
+	var bad []string
+	if r.ExitCode != -1 {
+		bad = append(bad, fmt.Sprintf("exit_code %d, want -1", r.ExitCode))
+	}
+	if !strings.HasSuffix(strings.TrimSpace(r.Stderr), want) {
+		bad = append(bad, fmt.Sprintf("stderr does not end with %q: %q", want, clip(r.Stderr, 120)))
+	}
+	if ms := r.DurationMS; ms < timeoutS2*1000-200 || ms > timeoutS2*1000+int64(killGrace*1000)+500 {
+		bad = append(bad, fmt.Sprintf("duration %d ms, want about %d s", ms, timeoutS2))
+	}
+	ev := fmt.Sprintf("%s; answered in %s", a.describe(), a.Elapsed.Round(time.Millisecond))
+	if len(bad) > 0 {
+		return result(name, "18", Fail, "%s: %s", strings.Join(bad, "; "), ev)
+	}
+	return result(name, "18", Pass, "while True: pass, timeout %ds: %s", timeoutS2, ev)
+}
+
+var heartbeat = regexp.MustCompile(`(?m)^HB (\S+) ([0-9.]+)$`)
+
+// judgeTree reads the survivors' heartbeats. Every survivor must have been
+// heard before the deadline (they did start: the positive control), and none
+// after deadline+killGrace; the answer must not wait for them either.
+func judgeTree(a *answer, err error) Result {
+	const name = "runner/timeout-kills-tree"
+	if err != nil {
+		return result(name, "18", Fail, "%v", err)
+	}
+	if !a.ok() {
+		return result(name, "18", Fail, "service answered %s", a.describe())
+	}
+	r := a.Result
+	first, last := map[string]float64{}, map[string]float64{}
+	for _, m := range heartbeat.FindAllStringSubmatch(r.Stdout+"\n"+r.Stderr, -1) {
+		t, _ := strconv.ParseFloat(m[2], 64)
+		if _, ok := first[m[1]]; !ok || t < first[m[1]] {
+			first[m[1]] = t
+		}
+		last[m[1]] = max(last[m[1]], t)
+	}
+	limit := float64(timeoutS2) + killGrace
+	var ev []string
+	var late, unseen []string
+	for _, tag := range []string{"sigterm-ignorer", "setsid-grandchild", "heartbeat"} {
+		f, ok := first[tag]
+		if !ok || f > timeoutS2 {
+			unseen = append(unseen, tag)
+			continue
+		}
+		ev = append(ev, fmt.Sprintf("%s heard %.2f-%.2fs", tag, f, last[tag]))
+		if last[tag] > limit {
+			late = append(late, fmt.Sprintf("%s alive at %.2fs", tag, last[tag]))
+		}
+	}
+	summary := fmt.Sprintf("%s; answered in %s; %s", a.describe(), a.Elapsed.Round(time.Millisecond), strings.Join(ev, ", "))
+	switch {
+	case len(late) > 0:
+		return result(name, "18", Fail, "survivors outlived the %ds timeout by more than %.0fs: %s: %s", timeoutS2, killGrace, strings.Join(late, ", "), summary)
+	case float64(r.DurationMS) > limit*1000+500:
+		return result(name, "18", Fail, "the answer waited %d ms (for the survivors' pipes?): %s", r.DurationMS, summary)
+	case r.ExitCode != -1 || !r.TimedOut:
+		return result(name, "18", Fail, "not reported as a timeout: %s", summary)
+	case len(unseen) > 0:
+		return result(name, "18", Inconclusive, "survivors %v were never heard before the deadline, so their silence after it proves nothing: %s", unseen, summary)
+	}
+	return result(name, "18", Pass, "no heartbeat later than %.1fs from a SIGTERM-ignoring child, a setsid() grandchild and an own-group heartbeat program (they would have lived %.0fs): %s", limit, treeLife, summary)
+}
+
+// checkFlood is probe 19.
+func checkFlood(ctx context.Context, e *env) []Result {
+	before, berr := e.serveRSS(ctx)
+	code := fmt.Sprintf("import sys\nchunk = 'x' * 65535 + '\\n'\nfor _ in range(%d):\n    sys.stdout.write(chunk)\nsys.stdout.flush()\nsys.stderr.write('e' * %d)\n",
+		floodBytes/65536, 16<<20)
+	a, err := e.execute(ctx, code, 30)
+	after, aerr := e.serveRSS(ctx)
+	out := []Result{judgeFlood(a, err)}
+	const mem = "runner/flood-service-memory"
+	switch {
+	case berr != nil || aerr != nil:
+		out = append(out, result(mem, "19", Inconclusive, "serve's process_resident_memory_bytes not readable from /metrics: %v", firstErr(berr, aerr)))
+	case after-before > rssGrowthLimit:
+		out = append(out, result(mem, "19", Fail, "serve RSS grew %d MiB during a %d MiB flood (before %d MiB, after %d MiB)", (after-before)>>20, floodBytes>>20, before>>20, after>>20))
+	default:
+		out = append(out, result(mem, "19", Pass, "serve RSS %d MiB before, %d MiB after a %d MiB flood (limit +%d MiB)%s", before>>20, after>>20, floodBytes>>20, rssGrowthLimit>>20, e.replicaNote()))
+	}
+	return out
+}
+
+func judgeFlood(a *answer, err error) Result {
+	const name = "runner/flood-bounded"
+	if err != nil {
+		return result(name, "19", Fail, "%v", err)
+	}
+	if !a.ok() {
+		return result(name, "19", Fail, "service answered %s", a.describe())
+	}
+	r := a.Result
+	ev := fmt.Sprintf("%d MiB printed: %s", floodBytes>>20, a.describe())
+	switch {
+	case r.OOMKilled:
+		return result(name, "19", Fail, "the flood was held in memory until the pod was killed: %s", ev)
+	case !r.StdoutTruncated:
+		return result(name, "19", Fail, "stdout_truncated is false: %s", ev)
+	case len(r.Stdout) > maxKeptOutput || len(r.Stderr) > maxKeptOutput:
+		return result(name, "19", Fail, "output not bounded (limit %d MiB): %s", maxKeptOutput>>20, ev)
+	case len(r.Stdout) == 0:
+		return result(name, "19", Fail, "no output kept at all: %s", ev)
+	}
+	return result(name, "19", Pass, "%s", ev)
+}
+
+var rssLine = regexp.MustCompile(`(?m)^process_resident_memory_bytes\s+([0-9.e+]+)`)
+
+func (e *env) serveRSS(ctx context.Context) (int64, error) {
+	st, body, err := e.sb.Get(ctx, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	if st != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: HTTP %d", st)
+	}
+	return parseRSS(body)
+}
+
+func parseRSS(metrics string) (int64, error) {
+	m := rssLine.FindStringSubmatch(metrics)
+	if m == nil {
+		return 0, fmt.Errorf("no process_resident_memory_bytes in /metrics")
+	}
+	f, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("process_resident_memory_bytes %q: %w", m[1], err)
+	}
+	return int64(f), nil
+}
+
+func (e *env) replicaNote() string {
+	if e.fwd != nil {
+		return "; measured on pod " + e.fwd.Pod + ", the replica that ran the flood"
+	}
+	return "; through --url: with several replicas /metrics may come from another one"
+}
+
+// checkMemoryBomb is probe 20.
+func checkMemoryBomb(ctx context.Context, e *env) []Result {
+	code := fmt.Sprintf("hold = []\nfor i in range(%d):\n    hold.append(b'\\x01' * (64 << 20))\n    print('allocated', (i + 1) * 64, 'MiB', flush=True)\nprint('SURVIVED', len(hold) * 64, 'MiB', flush=True)\n", bombCapMiB/64)
+	a, err := e.execute(ctx, code, 60)
+	const name = "runner/memory-bomb-contained"
+	var out []Result
+	switch {
+	case err != nil:
+		out = append(out, result(name, "20", Fail, "%v", err))
+	case !a.ok():
+		out = append(out, result(name, "20", Fail, "service answered %s (want a result with oom_killed)", a.describe()))
+	case strings.Contains(a.Result.Stdout, "SURVIVED"):
+		out = append(out, result(name, "20", Fail, "allocated %d MiB without being stopped: %s", bombCapMiB, a.describe()))
+	case !a.Result.OOMKilled:
+		out = append(out, result(name, "20", Fail, "not reported as out of memory (last line %q): %s", lastLine(a.Result.Stdout), a.describe()))
+	default:
+		out = append(out, result(name, "20", Pass, "stopped after %q: %s", lastLine(a.Result.Stdout), a.describe()))
+	}
+	return append(out, e.bystander(ctx, "runner/after-memory-bomb", "20"))
+}
+
+// checkForkBomb is probe 21: forking stops at a process limit (or the pod
+// is killed), and the service still serves the next run.
+func checkForkBomb(ctx context.Context, e *env) []Result {
+	code := fmt.Sprintf(`import json, os, resource, signal, time
+def rd(p):
+    try:
+        with open(p) as f:
+            return f.read().strip()
+    except OSError as e:
+        return "unreadable: %%s" %% e.strerror
+info = {"pids_max": rd("/sys/fs/cgroup/pids.max") if os.path.exists("/sys/fs/cgroup/pids.max") else rd("/sys/fs/cgroup/pids/pids.max"),
+        "rlimit_nproc": list(resource.getrlimit(resource.RLIMIT_NPROC))}
+pids, err = [], ""
+try:
+    for i in range(%d):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+except OSError as e:
+    err = "%%s errno=%%d" %% (type(e).__name__, e.errno)
+for p in pids:
+    os.kill(p, signal.SIGKILL)
+for p in pids:
+    os.waitpid(p, 0)
+print(json.dumps({"probe": "fork", "forked": len(pids), "cap": %d, "error": err, **info}), flush=True)
+`, forkCap, forkCap)
+	a, err := e.execute(ctx, code, 30)
+	out := []Result{judgeFork(a, err)}
+	return append(out, e.bystander(ctx, "runner/after-fork-bomb", "21"))
+}
+
+func judgeFork(a *answer, err error) Result {
+	const name = "runner/fork-bomb-contained"
+	if err != nil {
+		return result(name, "21", Fail, "%v", err)
+	}
+	if !a.ok() {
+		return result(name, "21", Fail, "service answered %s", a.describe())
+	}
+	if a.Result.OOMKilled || a.Result.TimedOut {
+		return result(name, "21", Pass, "the run was killed and reported: %s", a.describe())
+	}
+	line, perr := snippetJSON(a, nil, "fork")
+	if perr != nil {
+		return result(name, "21", Fail, "%v", perr)
+	}
+	ev := fmt.Sprintf("forked %d of %d, then %q; pids.max %s, RLIMIT_NPROC %s; %s", line.Get("forked").Int(), forkCap,
+		line.Get("error").String(), line.Get("pids_max").String(), line.Get("rlimit_nproc").Raw, a.describe())
+	if line.Get("forked").Int() >= forkCap || !strings.Contains(line.Get("error").String(), "errno=11") {
+		return result(name, "21", Fail, "no process limit stopped the fork loop: %s", ev)
+	}
+	return result(name, "21", Pass, "%s", ev)
+}
+
+// bystander runs a trivial snippet after a bomb: a fresh pod, the right
+// answer, and a ready service.
+func (e *env) bystander(ctx context.Context, name, probe string) Result {
+	a, err := e.execute(ctx, "print(6 * 7)", 20)
+	if err != nil {
+		return result(name, probe, Fail, "bystander run: %v", err)
+	}
+	st, _, rerr := e.sb.Get(ctx, "/readyz")
+	ready := fmt.Sprintf("/readyz %d", st)
+	if rerr != nil {
+		ready = "/readyz: " + rerr.Error()
+	}
+	if !a.ok() || a.Result.Stdout != "42\n" || a.Result.ExitCode != 0 {
+		return result(name, probe, Fail, "bystander print(6 * 7): %s, stdout %q; %s", a.describe(), clip(a.Result.Stdout, 80), ready)
+	}
+	return result(name, probe, Pass, "bystander print(6 * 7) gave 42 in %s; %s", a.describe(), ready)
+}
+
+// pathCases are probe 22's inputs; each must be refused with a 400 before
+// anything runs.
+var pathCases = []struct{ label, path string }{
+	{"parent", "../x"},
+	{"absolute", "/etc/passwd"},
+	{"climb", "a/../../x"},
+	{"dot-climb", "./../x"},
+	{"NUL byte", "a\x00b"},
+	{"over-long", strings.Repeat("a", 5000)},
+	{"empty", ""},
+}
+
+// checkPaths is probe 22.
+func checkPaths(ctx context.Context, e *env) []Result {
+	const name = "runner/input-paths-rejected"
+	tok := randomHex(6)
+	since := time.Now()
+	var bad, good []string
+	for _, c := range pathCases {
+		req := api.ExecuteRequest{Code: "print('RAN-" + tok + "')", TimeoutS: timeoutS(5),
+			Files: []api.File{{Path: c.path, Content: "x"}}}
+		a, err := e.sb.Execute(ctx, req)
+		switch {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("%s: %v", c.label, err))
+		case a.Status == http.StatusBadRequest && a.Err != "":
+			good = append(good, fmt.Sprintf("%s: 400 %q", c.label, clip(a.Err, 80)))
+		case strings.Contains(a.Body, "RAN-"+tok):
+			bad = append(bad, fmt.Sprintf("%s: the snippet RAN (HTTP %d)", c.label, a.Status))
+		default:
+			bad = append(bad, fmt.Sprintf("%s: HTTP %d %q, want 400 with an error", c.label, a.Status, clip(a.Body, 100)))
+		}
+	}
+	ev := strings.Join(good, "; ")
+	ev += fmt.Sprintf("; snippet pods deleted meanwhile: %d (a refused request should use none)", e.pods.Deletions(since))
+	ev += "; a symlink out of the working directory cannot be expressed through the API (files are regular files, written through os.Root by the runner): covered by exec's unit tests, not probed here"
+	if len(bad) > 0 {
+		return []Result{result(name, "22", Fail, "%s; fine: %s", strings.Join(bad, "; "), ev)}
+	}
+	return []Result{result(name, "22", Pass, "%s", ev)}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
