@@ -119,6 +119,9 @@ func (w *podWatch) WaitDeleted(ctx context.Context, name string) (time.Time, err
 
 // Deletions counts the pods seen deleted since t.
 func (w *podWatch) Deletions(since time.Time) int {
+	if w == nil {
+		return 0
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
