@@ -52,7 +52,7 @@ const (
 	DefaultMemoryLimit = 1 << 30
 	// nobody is the uid and gid the child runs as when we are root: it owns
 	// nothing on a typical host.
-	nobody = 65534
+	nobody     = 65534
 	retryAfter = time.Second
 )
 
