@@ -1,0 +1,205 @@
+package kube
+
+import (
+	"crypto/rand"
+	"fmt"
+	"math/big"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Limits of a snippet pod. CPU and memory come from the product's published
+// limits (1 CPU, 512 MiB, requests equal to limits so the pod is Guaranteed
+// and is the last to be evicted).
+const (
+	SnippetCPU    = "1"
+	SnippetMemory = "512Mi"
+
+	// ScratchSize bounds each of /work and /tmp. Both are memory-backed, so
+	// the size is a hard tmpfs limit (ENOSPC, not a late eviction) and what
+	// they hold counts against the pod's 512Mi: a snippet cannot fill the
+	// node's disk.
+	ScratchSize = "64Mi"
+
+	// ActiveDeadlineSeconds is the backstop against leaks: the kubelet kills
+	// a pod an hour after it started, whatever happens to the service, the
+	// garbage collector or the janitor. An hour is far above the longest run
+	// (60 s timeout) plus any wait in the warm pool that matters, and cheap:
+	// an idle warm pod is simply replaced once an hour. The pool stops
+	// handing out pods in their last RecycleMargin.
+	ActiveDeadlineSeconds = 3600
+
+	// ReadinessDelaySeconds holds a new pod out of the pool for its first
+	// seconds: a NetworkPolicy engine programs a new pod's rules shortly after
+	// it gets its IP (about a second on kube-router), and a pod must never
+	// run a snippet before its egress is cut. Only cold starts pay for it.
+	ReadinessDelaySeconds = 2
+
+	// Workdir is the snippet's working directory (an emptyDir).
+	Workdir = "/work"
+
+	// MinUID and MaxUID bound the per-pod uid/gid. Each pod gets its own, far
+	// above any uid an image or the node uses, so that RLIMIT_NPROC -- which
+	// the kernel counts per uid across the whole node -- limits one pod's
+	// processes only and a fork bomb in one pod cannot starve another.
+	MinUID = 100000
+	MaxUID = 1<<31 - 2
+)
+
+// Owner identifies the serve pod whose pool creates the sandbox pods. With a
+// UID the pods get an ownerReference, so the garbage collector removes them
+// when that pod goes away; without one (serve running outside the cluster)
+// only the owner label ties them to it.
+type Owner struct {
+	Name string
+	UID  types.UID
+}
+
+// PodOptions is what varies between deployments of the sandbox pod.
+type PodOptions struct {
+	Namespace    string
+	Image        string
+	RuntimeClass string // "" keeps the cluster default (runc)
+	RunnerPort   int32  // 0 means DefaultRunnerPort
+	Owner        Owner
+}
+
+// RandomUID returns a uid in [MinUID, MaxUID] from a secure source, so that
+// pods cannot predict (and collide with) one another's uid.
+func RandomUID() int64 {
+	n, err := rand.Int(rand.Reader, big.NewInt(MaxUID-MinUID+1))
+	if err != nil {
+		// crypto/rand does not fail on Linux; keep a valid uid regardless.
+		return MinUID
+	}
+	return MinUID + n.Int64()
+}
+
+// SnippetPod builds the sandbox pod named name that runs as uid (its group
+// too). It meets Pod Security "restricted" and the posture listed in
+// security-probes.md; the namespace's admission enforces the former.
+func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
+	port := o.RunnerPort
+	if port == 0 {
+		port = DefaultRunnerPort
+	}
+	gid := uid
+	no, yes := false, true
+	deadline := int64(ActiveDeadlineSeconds)
+	grace := int64(0)
+	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	scratch := resource.MustParse(ScratchSize)
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(SnippetCPU),
+		corev1.ResourceMemory: resource.MustParse(SnippetMemory),
+	}
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: o.Namespace,
+			Labels: map[string]string{
+				LabelName:  RunnerName,
+				LabelKind:  KindSnippet,
+				LabelOwner: LabelValue(o.Owner.Name),
+			},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ActiveDeadlineSeconds:         &deadline,
+			TerminationGracePeriodSeconds: &grace,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			HostNetwork:                   false,
+			HostPID:                       false,
+			HostIPC:                       false,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   &yes,
+				RunAsUser:      &uid,
+				RunAsGroup:     &gid,
+				FSGroup:        &gid,
+				SeccompProfile: seccomp,
+			},
+			Containers: []corev1.Container{{
+				Name:            RunnerContainer,
+				Image:           o.Image,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Args:            []string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir},
+				Env: []corev1.EnvVar{
+					// The uid has no passwd entry; give tools a writable home.
+					{Name: "HOME", Value: Workdir},
+					{Name: "TMPDIR", Value: "/tmp"},
+				},
+				Ports: []corev1.ContainerPort{{Name: RunnerPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+						Path: "/readyz", Port: intstrName(RunnerPortName),
+					}},
+					InitialDelaySeconds: ReadinessDelaySeconds,
+					PeriodSeconds:       1,
+					TimeoutSeconds:      1,
+					SuccessThreshold:    1,
+					FailureThreshold:    1,
+				},
+				Resources: corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot:             &yes,
+					RunAsUser:                &uid,
+					RunAsGroup:               &gid,
+					Privileged:               &no,
+					AllowPrivilegeEscalation: &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           seccomp,
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "work", MountPath: Workdir},
+					{Name: "tmp", MountPath: "/tmp"},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &scratch}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr(scratch.DeepCopy())}}},
+			},
+		},
+	}
+	if o.RuntimeClass != "" {
+		rc := o.RuntimeClass
+		pod.Spec.RuntimeClassName = &rc
+	}
+	if o.Owner.UID != "" {
+		pod.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: "v1",
+			Kind:       "Pod",
+			Name:       o.Owner.Name,
+			UID:        o.Owner.UID,
+			// BlockOwnerDeletion would need update rights on the owner's
+			// finalizers; the service's Role has none, and nothing needs it.
+		}}
+	}
+	return pod
+}
+
+// PodName returns a fresh sandbox pod name: "sandbox-" and five characters
+// from the alphabet Kubernetes uses for generateName (no vowels, so no words).
+// The pool names pods itself so it can record the create before the API call
+// returns (see pool's expectations).
+func PodName() string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
+	for i := range b {
+		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+		if err != nil {
+			panic(fmt.Sprintf("crypto/rand: %v", err))
+		}
+		b[i] = alphabet[n.Int64()]
+	}
+	return "sandbox-" + string(b)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,186 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/kube"
+)
+
+// runSlack is what a run may take beyond the job's own timeout before the
+// pool stops waiting for the runner: its kill, reaping and answer.
+const runSlack = 15 * time.Second
+
+// oomStderr is the line a run killed with its pod for memory gets.
+const oomStderr = "sandbox: the run exceeded the sandbox memory limit (" + kube.SnippetMemory + ") and the pod was killed (out of memory)\n"
+
+// Execute runs job in a fresh pod from the pool and deletes the pod after.
+// It implements server.Backend.
+func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return exec.Result{}, errShuttingDown
+	}
+	p.inflight.Add(1)
+	p.mu.Unlock()
+	defer p.inflight.Done()
+
+	body, err := api.Encode(api.FromJob(job))
+	if err != nil {
+		return exec.Result{}, err
+	}
+	deadline := time.Now().Add(p.opts.Wait)
+	var lastErr error
+	for range maxAttempts {
+		start := time.Now()
+		pod, err := p.claim(ctx, deadline)
+		p.m.claimWait.Observe(time.Since(start).Seconds())
+		if err != nil {
+			if lastErr != nil && errors.Is(err, api.ErrNoCapacity) {
+				break // say what went wrong with the pods we had
+			}
+			return exec.Result{}, err
+		}
+		log := p.log.With("pod", pod.Name)
+		log.Debug("claimed sandbox pod", "wait", time.Since(start))
+
+		res, err := p.runOn(ctx, pod, job, body)
+		var nd *notDelivered
+		if errors.As(err, &nd) {
+			p.m.unreachable.Inc()
+			log.Warn("runner unreachable before the job reached it; trying another pod", "err", err)
+			p.release(pod, "runner unreachable")
+			lastErr = err
+			continue
+		}
+		p.release(pod, "used")
+		if err != nil {
+			log.Info("run failed", "err", err)
+		}
+		return res, err
+	}
+	return exec.Result{}, &api.Error{
+		Status: http.StatusBadGateway,
+		Msg:    fmt.Sprintf("no sandbox runner could be reached: %v", lastErr),
+	}
+}
+
+// runOn sends job to the runner of pod and reads its answer. A pod that dies
+// during the run is judged from its status (see verdict).
+func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []byte) (exec.Result, error) {
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(p.opts.Pod.RunnerPort)))
+	timeout := job.Timeout
+	if timeout <= 0 {
+		timeout = api.MaxTimeoutS * time.Second
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout+runSlack)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+"/v1/execute", bytes.NewReader(body))
+	if err != nil {
+		return exec.Result{}, fmt.Errorf("build runner request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+
+	start := time.Now()
+	resp, err := p.http.Do(req)
+	if err != nil {
+		switch {
+		case isDialError(err):
+			return exec.Result{}, &notDelivered{pod: pod.Name, err: err}
+		case ctx.Err() != nil:
+			return exec.Result{}, ctx.Err()
+		}
+		return p.verdict(ctx, pod.Name, start, err)
+	}
+	defer resp.Body.Close()
+
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable:
+		// The runner refused the job (already used, not ready): nothing ran.
+		return exec.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", errorBody(resp))}
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		return exec.Result{}, &api.Error{Status: resp.StatusCode, Msg: errorBody(resp)}
+	default:
+		return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, errorBody(resp))}
+	}
+	var res exec.Result
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResultBytes)).Decode(&res); err != nil {
+		if ctx.Err() != nil {
+			return exec.Result{}, ctx.Err()
+		}
+		return p.verdict(ctx, pod.Name, start, fmt.Errorf("read runner answer: %w", err))
+	}
+	res.SandboxID = pod.Name
+	return res, nil
+}
+
+// errorBody reads a runner's {"error": ...} answer, or a snippet of it.
+func errorBody(resp *http.Response) string {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	var eb api.ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+		return eb.Error
+	}
+	if len(b) == 0 {
+		return resp.Status
+	}
+	return string(b)
+}
+
+// verdict explains a run whose connection broke: it waits (on informer
+// events, up to verdictWait) for the pod's status to say why, since the
+// kubelet reports a container's end a moment after it happens. An OOM kill
+// is a result (exit 137, oom_killed); any other death is a 502 naming it.
+func (p *Pool) verdict(ctx context.Context, name string, start time.Time, cause error) (exec.Result, error) {
+	timer := time.NewTimer(verdictWait)
+	defer timer.Stop()
+	for {
+		p.mu.Lock()
+		pod, err := p.lister.Get(name)
+		gone := err != nil
+		if gone {
+			pod = p.gone[name]
+		}
+		changed := p.changed
+		p.mu.Unlock()
+
+		if d := kube.DeathOf(pod, gone); d.Dead {
+			p.m.podDeaths.Inc()
+			p.log.Warn("sandbox pod died during the run", "pod", name, "reason", d.Reason, "oom", d.OOMKilled, "cause", cause)
+			if d.OOMKilled {
+				return exec.Result{
+					SandboxID:  name,
+					Stderr:     oomStderr,
+					ExitCode:   137,
+					DurationMS: time.Since(start).Milliseconds(),
+					OOMKilled:  true,
+				}, nil
+			}
+			return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
+				Msg: fmt.Sprintf("sandbox pod %s died during the run: %s", name, d.Reason)}
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
+				Msg: fmt.Sprintf("sandbox pod %s: lost the runner during the run: %v", name, cause)}
+		case <-ctx.Done():
+			return exec.Result{}, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandboxd/sandbox/kube"
+)
+
+// janitor runs once, before the first claim, and deletes the sandbox pods
+// nobody will ever use:
+//   - pods of this owner that carry a claim: a run of an earlier process in
+//     the same pod (a container restart) that never finished cleaning up;
+//   - pods whose owner pod is gone or was replaced (same name, other UID).
+//
+// The garbage collector removes the second kind too, but asynchronously;
+// the janitor makes a restart start clean. Pods without an ownerReference
+// (a serve outside the cluster) cannot be judged and are left to their
+// activeDeadlineSeconds.
+func (p *Pool) janitor(ctx context.Context) error {
+	pods, err := p.client.CoreV1().Pods(p.opts.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: kube.RunnerSelector().String(),
+	})
+	if err != nil {
+		return fmt.Errorf("list sandbox pods: %w", err)
+	}
+	owners := map[string]string{} // owner name/uid -> why its pods are orphans ("" = alive)
+	cleaned := 0
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		var why string
+		if pod.Labels[kube.LabelOwner] == p.claimer {
+			if pod.Labels[kube.LabelClaimedBy] != "" {
+				why = "stale claim from an earlier run of this service"
+			}
+		} else {
+			why = p.orphaned(ctx, pod, owners)
+		}
+		if why == "" {
+			continue
+		}
+		p.mu.Lock()
+		p.exp.expectDelete(pod.Name, time.Now())
+		p.mu.Unlock()
+		if err := p.deletePod(ctx, pod.Name, why); err != nil {
+			continue
+		}
+		cleaned++
+		p.m.orphans.Inc()
+		p.log.Info("janitor deleted sandbox pod", "pod", pod.Name, "owner", pod.Labels[kube.LabelOwner], "why", why)
+	}
+	p.log.Info("janitor done", "sandbox_pods", len(pods.Items), "deleted", cleaned)
+	return nil
+}
+
+// orphaned says why pod's owner is gone, or "" when it lives or cannot be
+// judged. owners caches answers per owner.
+func (p *Pool) orphaned(ctx context.Context, pod *corev1.Pod, owners map[string]string) string {
+	var ref *metav1.OwnerReference
+	for i := range pod.OwnerReferences {
+		r := &pod.OwnerReferences[i]
+		if r.Kind == "Pod" && r.APIVersion == "v1" {
+			ref = r
+			break
+		}
+	}
+	if ref == nil {
+		return ""
+	}
+	key := ref.Name + "/" + string(ref.UID)
+	if why, ok := owners[key]; ok {
+		return why
+	}
+	why := ""
+	owner, err := p.client.CoreV1().Pods(p.opts.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		why = fmt.Sprintf("owner pod %s is gone", ref.Name)
+	case err != nil:
+		p.log.Warn("janitor: look up owner pod", "owner", ref.Name, "err", err)
+		return "" // do not cache: maybe next time
+	case owner.UID != types.UID(ref.UID):
+		why = fmt.Sprintf("owner pod %s was replaced", ref.Name)
+	}
+	owners[key] = why
+	return why
+}

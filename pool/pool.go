@@ -1,0 +1,354 @@
+// Package pool is the Kubernetes backend of the service: a warm pool of
+// one-use sandbox pods. It keeps Size pods Ready and unclaimed (watching them
+// with an informer, never polling), claims one per request with an
+// optimistic-concurrency write, sends the job straight to the pod's runner,
+// and deletes the pod afterwards while a replacement starts.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sandboxd/sandbox/kube"
+)
+
+// Defaults and limits of the pool.
+const (
+	DefaultSize = 3
+	DefaultWait = 30 * time.Second
+
+	// resyncPeriod replays the informer's cache to the handlers: it re-runs
+	// the reconcile that expires lost expectations and replaces pods stuck
+	// starting or near their deadline. It reads the local cache only.
+	resyncPeriod = 30 * time.Second
+
+	// startupTimeout is how long a pod may take to become Ready before the
+	// pool gives up on it (image pull errors, unschedulable) and replaces it.
+	startupTimeout = 3 * time.Minute
+
+	// recycleMargin: a warm pod this close to its activeDeadlineSeconds is
+	// replaced rather than handed out, so a run never meets the deadline.
+	recycleMargin = 5 * time.Minute
+
+	// maxAttempts bounds how many pods one request tries when runners turn
+	// out unreachable before the job reached them.
+	maxAttempts = 3
+
+	// verdictWait bounds how long a broken run waits for the pod's status
+	// to say why it died (the kubelet reports an OOM kill within a second or
+	// two).
+	verdictWait = 10 * time.Second
+
+	// shutdownTimeout bounds the API calls that delete the warm pods when
+	// the service stops.
+	shutdownTimeout = 20 * time.Second
+)
+
+// Options configure a Pool.
+type Options struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Pod is the sandbox pod template's variable part; its Owner identifies
+	// this pool (Owner.Name is required, Owner.UID adds ownerReferences).
+	Pod  kube.PodOptions
+	Size int           // Ready+unclaimed pods to keep; 0 means DefaultSize
+	Wait time.Duration // how long a request waits for a pod; 0 means DefaultWait
+
+	Logger *slog.Logger // nil: slog.Default()
+
+	// HTTPClient talks to the runners; nil builds one whose dial errors are
+	// recognised as "job not delivered". Tests may set Dialer instead.
+	HTTPClient *http.Client
+	Dialer     DialFunc
+}
+
+// Pool is a warm pool of sandbox pods. It implements server.Backend and
+// server.MetricsRegisterer.
+type Pool struct {
+	opts    Options
+	log     *slog.Logger
+	client  kubernetes.Interface
+	m       *metrics
+	claimer string // value of the claimed-by label
+	http    *http.Client
+
+	informer cache.SharedIndexInformer
+	lister   corelisters.PodNamespaceLister
+	factory  informers.SharedInformerFactory
+
+	kick    chan struct{} // wakes the reconcile loop; capacity 1, coalescing
+	started chan struct{} // closed when the cache synced and the janitor ran
+
+	stopping chan struct{} // closed when shutdown begins
+	stopOnce sync.Once
+
+	mu        sync.Mutex
+	exp       *expectations
+	inUse     map[string]bool        // pods claimed (or being claimed) here
+	gone      map[string]*corev1.Pod // last state of in-use pods deleted mid-run
+	createdAt map[string]time.Time   // for the create-to-Ready histogram
+	changed   chan struct{}          // closed and replaced on every pod event
+	closing   bool                   // shutdown began: no new claims
+	inflight  sync.WaitGroup         // executions under way
+	bg        sync.WaitGroup         // deletes off the request path
+}
+
+// New checks the options and builds a Pool; Run starts it.
+func New(o Options) (*Pool, error) {
+	if o.Client == nil {
+		return nil, errors.New("pool: no kubernetes client")
+	}
+	if o.Namespace == "" {
+		return nil, errors.New("pool: no namespace")
+	}
+	if o.Pod.Image == "" {
+		return nil, errors.New("pool: no image")
+	}
+	if o.Pod.Owner.Name == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "sandbox-serve"
+		}
+		o.Pod.Owner.Name = host
+	}
+	if o.Size < 0 {
+		return nil, fmt.Errorf("pool: size %d is negative", o.Size)
+	}
+	if o.Size == 0 {
+		o.Size = DefaultSize
+	}
+	if o.Wait <= 0 {
+		o.Wait = DefaultWait
+	}
+	if o.Pod.RunnerPort == 0 {
+		o.Pod.RunnerPort = kube.DefaultRunnerPort
+	}
+	o.Pod.Namespace = o.Namespace
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	m := newMetrics()
+	m.target.Set(float64(o.Size))
+
+	p := &Pool{
+		opts:      o,
+		log:       o.Logger.With("component", "pool", "namespace", o.Namespace, "owner", o.Pod.Owner.Name),
+		client:    o.Client,
+		m:         m,
+		claimer:   kube.LabelValue(o.Pod.Owner.Name),
+		http:      o.HTTPClient,
+		kick:      make(chan struct{}, 1),
+		started:   make(chan struct{}),
+		stopping:  make(chan struct{}),
+		exp:       newExpectations(),
+		inUse:     map[string]bool{},
+		gone:      map[string]*corev1.Pod{},
+		createdAt: map[string]time.Time{},
+		changed:   make(chan struct{}),
+	}
+	if p.http == nil {
+		p.http = newRunnerClient(o.Dialer)
+	}
+
+	// Watch only this pool's pods: the janitor looks at the others once.
+	selector := kube.OwnerSelector(o.Pod.Owner.Name).String()
+	p.factory = informers.NewSharedInformerFactoryWithOptions(o.Client, resyncPeriod,
+		informers.WithNamespace(o.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
+	pods := p.factory.Core().V1().Pods()
+	p.informer = pods.Informer()
+	p.lister = pods.Lister().Pods(o.Namespace)
+	if _, err := p.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.onPod(obj, false) },
+		UpdateFunc: func(_, obj any) { p.onPod(obj, false) },
+		DeleteFunc: func(obj any) { p.onPod(obj, true) },
+	}); err != nil {
+		return nil, fmt.Errorf("pool: watch pods: %w", err)
+	}
+	return p, nil
+}
+
+// Run keeps the pool filled until ctx ends, then shuts down gracefully: it
+// stops claiming, waits for the executions in flight, deletes its warm pods
+// and returns. It is called once.
+func (p *Pool) Run(ctx context.Context) error {
+	// The informer outlives ctx: runs in flight still need it during shutdown.
+	infCtx, stopInformer := context.WithCancel(context.Background())
+	defer func() {
+		stopInformer()
+		p.factory.Shutdown()
+	}()
+	p.factory.StartWithContext(infCtx)
+	if !cache.WaitForCacheSync(ctx.Done(), p.informer.HasSynced) {
+		p.shutdown()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("pool: pod informer did not sync")
+	}
+	p.log.Info("pool watching pods", "size", p.opts.Size, "image", p.opts.Pod.Image, "runtime_class", p.opts.Pod.RuntimeClass)
+
+	// The janitor runs before the first claim, so it can never take a claim
+	// of this process for a stale one.
+	if err := p.janitor(ctx); err != nil {
+		p.log.Warn("janitor failed; leaving cleanup to the garbage collector and activeDeadlineSeconds", "err", err)
+	}
+	close(p.started)
+
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		p.reconcileLoop(loopCtx)
+	}()
+	p.poke()
+
+	<-ctx.Done()
+	p.beginShutdown()
+	stopLoop()
+	<-loopDone // no create can start after this
+	p.shutdown()
+	return nil
+}
+
+// shutdown waits for runs in flight and deletes the pool's remaining pods.
+func (p *Pool) shutdown() {
+	p.beginShutdown()
+	p.inflight.Wait()
+	p.bg.Wait()
+
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	names := map[string]bool{}
+	pods, _ := p.lister.List(labels.Everything())
+	for _, pod := range pods {
+		if pod.DeletionTimestamp == nil {
+			names[pod.Name] = true
+		}
+	}
+	p.mu.Lock()
+	for _, n := range p.exp.createNames() {
+		names[n] = true
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for name := range names {
+		wg.Go(func() { _ = p.deletePod(ctx, name, "shutdown") })
+	}
+	wg.Wait()
+	p.log.Info("pool stopped", "deleted_pods", len(names))
+}
+
+// beginShutdown refuses new claims and wakes every waiting request.
+func (p *Pool) beginShutdown() {
+	p.mu.Lock()
+	p.closing = true
+	p.broadcastLocked()
+	p.mu.Unlock()
+	p.stopOnce.Do(func() { close(p.stopping) })
+}
+
+// Ready reports whether a request could claim a pod now: the pool has at
+// least one Ready, unclaimed pod. It backs /readyz.
+func (p *Pool) Ready() bool {
+	select {
+	case <-p.started:
+	default:
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closing && p.readyCountLocked() > 0
+}
+
+// onPod is the informer's handler for every add, update and delete.
+func (p *Pool) onPod(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	if deleted {
+		p.exp.observedGone(pod.Name)
+		delete(p.createdAt, pod.Name)
+		if p.inUse[pod.Name] {
+			p.gone[pod.Name] = pod
+		}
+	} else {
+		p.exp.observed(pod.Name)
+		if at, ok := p.createdAt[pod.Name]; ok && kube.IsReady(pod) {
+			delete(p.createdAt, pod.Name)
+			p.m.podStartup.Observe(time.Since(at).Seconds())
+			p.log.Debug("pod ready", "pod", pod.Name, "startup", time.Since(at))
+		}
+	}
+	p.m.ready.Set(float64(p.readyCountLocked()))
+	p.broadcastLocked()
+	p.mu.Unlock()
+	p.poke()
+}
+
+// broadcastLocked wakes everyone waiting for a pod event.
+func (p *Pool) broadcastLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// poke asks the reconcile loop for a pass; passes coalesce.
+func (p *Pool) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// available reports whether pod can be handed out now.
+func (p *Pool) availableLocked(pod *corev1.Pod, now time.Time) bool {
+	return p.liveLocked(pod) && kube.IsReady(pod) && !nearDeadline(pod, now)
+}
+
+// liveLocked reports whether pod is this pool's supply: not claimed, not
+// going away, not finished.
+func (p *Pool) liveLocked(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && !kube.IsFinished(pod) &&
+		pod.Labels[kube.LabelClaimedBy] == "" && !p.inUse[pod.Name] && !p.exp.deleting(pod.Name)
+}
+
+func (p *Pool) readyCountLocked() int {
+	pods, _ := p.lister.List(labels.Everything())
+	now := time.Now()
+	n := 0
+	for _, pod := range pods {
+		if p.availableLocked(pod, now) {
+			n++
+		}
+	}
+	return n
+}
+
+// nearDeadline reports a pod too close to its activeDeadlineSeconds to start
+// a run.
+func nearDeadline(pod *corev1.Pod, now time.Time) bool {
+	if pod.Spec.ActiveDeadlineSeconds == nil || pod.Status.StartTime == nil {
+		return false
+	}
+	end := pod.Status.StartTime.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
+	return now.After(end.Add(-recycleMargin))
+}

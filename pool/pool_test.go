@@ -1,0 +1,472 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/kube"
+)
+
+func TestExecuteUsesWarmPodOnceAndRefills(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	before := map[string]bool{}
+	for _, p := range e.pods() {
+		before[p.Name] = true
+		if p.Labels[kube.LabelOwner] != "serve-0" || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].UID != "serve-0-uid" {
+			t.Errorf("pod %s: owner label %q, ownerReferences %v", p.Name, p.Labels[kube.LabelOwner], p.OwnerReferences)
+		}
+	}
+
+	res, err := e.execute("print(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "ran: print(1)" || !before[res.SandboxID] {
+		t.Fatalf("result %+v: want the runner's answer from one of the warm pods %v", res, before)
+	}
+	// The used pod is deleted and a replacement brings the pool back to 3.
+	e.eventually("used pod deleted", func() bool {
+		_, err := e.cs.CoreV1().Pods(testNS).Get(context.Background(), res.SandboxID, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	e.waitWarm(3)
+	if got := e.creates.Load(); got != 4 {
+		t.Errorf("creates = %d, want 4 (3 warm + 1 replacement)", got)
+	}
+	if got := e.patches.Load(); got != 1 {
+		t.Errorf("claim patches = %d, want exactly one write per claim", got)
+	}
+
+	res2, err := e.execute("print(2)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.SandboxID == res.SandboxID {
+		t.Fatalf("pod %s used twice", res.SandboxID)
+	}
+}
+
+// TestExpectationsPreventOverCreate runs reconcile passes while the informer
+// shows nothing (it is not even started): only the target is created, and a
+// forgotten expectation is retried after its TTL.
+func TestExpectationsPreventOverCreate(t *testing.T) {
+	e := newEnv(t, nil)
+	for range 5 {
+		e.pool.reconcile(context.Background())
+	}
+	if got := e.creates.Load(); got != 3 {
+		t.Fatalf("creates after 5 passes with a silent informer = %d, want 3", got)
+	}
+	pl := e.pool.plan(time.Now().Add(expectationTTL + time.Second))
+	if len(pl.create) != 3 {
+		t.Fatalf("after the TTL the plan creates %d, want 3", len(pl.create))
+	}
+}
+
+func TestNoOverCreateWhileStarting(t *testing.T) {
+	e := newEnv(t, nil)
+	e.autoReady.Store(false)
+	e.start()
+	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
+	// Status churn on starting pods pokes the reconcile loop many times.
+	for i := range 20 {
+		for _, p := range e.pods() {
+			e.updatePod(p.Name, func(p *corev1.Pod) { p.Status.Message = strings.Repeat("x", i) })
+		}
+	}
+	for _, p := range e.pods() {
+		e.updatePod(p.Name, setReady)
+	}
+	e.waitWarm(3)
+	if got := e.creates.Load(); got != 3 {
+		t.Fatalf("creates = %d, want 3", got)
+	}
+}
+
+func TestClaimConflictTriesNextPod(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	var conflicted string
+	var once sync.Once
+	e.cs.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		name := a.(k8stesting.PatchAction).GetName()
+		hit := false
+		once.Do(func() { conflicted, hit = name, true })
+		if hit {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, name, errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	res, err := e.execute("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SandboxID == conflicted || conflicted == "" {
+		t.Fatalf("ran in %q; the conflicting pod was %q", res.SandboxID, conflicted)
+	}
+	// The conflicted pod is neither claimed nor deleted: it stays warm.
+	pod, err := e.cs.CoreV1().Pods(testNS).Get(context.Background(), conflicted, metav1.GetOptions{})
+	if err != nil || pod.Labels[kube.LabelClaimedBy] != "" {
+		t.Fatalf("conflicted pod: %v, labels %v", err, pod.GetLabels())
+	}
+}
+
+func TestConcurrentRequestsGetDistinctPods(t *testing.T) {
+	e := newEnv(t, nil, func(o *Options) { o.Size = 4 }).start()
+	e.waitWarm(4)
+	const n = 8 // more than the pool: later ones wait for refills
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			res, err := e.execute("x")
+			ids[i], errs[i] = res.SandboxID, err
+		})
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		if seen[ids[i]] {
+			t.Fatalf("pod %s served two requests", ids[i])
+		}
+		seen[ids[i]] = true
+	}
+}
+
+func TestEmptyPoolWaitsThenNoCapacity(t *testing.T) {
+	e := newEnv(t, nil, func(o *Options) { o.Wait = 200 * time.Millisecond })
+	e.autoReady.Store(false)
+	e.start()
+	_, err := e.execute("x")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae != api.ErrNoCapacity {
+		t.Fatalf("err = %v, want api.ErrNoCapacity", err)
+	}
+	if ae.Status != http.StatusServiceUnavailable || ae.RetryAfter == 0 {
+		t.Fatalf("status %d retry-after %v", ae.Status, ae.RetryAfter)
+	}
+	if e.pool.Ready() {
+		t.Fatal("Ready with no Ready pod")
+	}
+}
+
+func TestWaitingRequestGetsPodWhenReady(t *testing.T) {
+	e := newEnv(t, nil)
+	e.autoReady.Store(false)
+	e.start()
+	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
+	type out struct {
+		res exec.Result
+		err error
+	}
+	got := make(chan out, 1)
+	go func() {
+		res, err := e.execute("x")
+		got <- out{res, err}
+	}()
+	name := e.pods()[1].Name
+	e.updatePod(name, setReady)
+	o := <-got
+	if o.err != nil || o.res.SandboxID != name {
+		t.Fatalf("got %+v, %v; want a run in %s", o.res, o.err, name)
+	}
+}
+
+func TestRefillAfterWarmPodDiesOrIsDeleted(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	pods := e.pods()
+
+	e.updatePod(pods[0].Name, func(p *corev1.Pod) { setTerminated(p, "Error", 2) })
+	e.eventually("dead warm pod deleted", func() bool {
+		_, err := e.cs.CoreV1().Pods(testNS).Get(context.Background(), pods[0].Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	e.waitWarm(3)
+
+	if err := e.cs.CoreV1().Pods(testNS).Delete(context.Background(), pods[1].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitWarm(3)
+	if got := e.creates.Load(); got != 5 {
+		t.Fatalf("creates = %d, want 5 (3 + one per lost pod)", got)
+	}
+}
+
+func TestPodOOMKilledMidRun(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		// The kubelet reports the OOM kill; the connection dies with the pod.
+		for _, name := range e.claimedPods() {
+			e.updatePod(name, func(p *corev1.Pod) { setTerminated(p, "OOMKilled", 137) })
+		}
+		breakConn(w)
+	})
+	res, err := e.execute("x = ' ' * 10**10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OOMKilled || res.ExitCode != 137 || !strings.Contains(res.Stderr, "out of memory") || res.SandboxID == "" {
+		t.Fatalf("result %+v: want oom_killed, exit 137, an out-of-memory line and the pod's id", res)
+	}
+	if got := testutil.ToFloat64(e.pool.m.podDeaths); got != 1 {
+		t.Errorf("pod deaths = %v", got)
+	}
+}
+
+func TestPodEvictedMidRun(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		for _, name := range e.claimedPods() {
+			e.updatePod(name, func(p *corev1.Pod) {
+				setTerminated(p, "Error", 137)
+				p.Status.Reason, p.Status.Message = "Evicted", "The node was low on resource: memory."
+			})
+		}
+		breakConn(w)
+	})
+	_, err := e.execute("x")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status < 500 || !strings.Contains(ae.Msg, "evicted") || !strings.Contains(ae.Msg, "low on resource") {
+		t.Fatalf("err = %#v, want a 5xx naming the eviction", err)
+	}
+}
+
+func TestPodDeletedMidRun(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		for _, name := range e.claimedPods() {
+			_ = e.cs.CoreV1().Pods(testNS).Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+		breakConn(w)
+	})
+	_, err := e.execute("x")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status < 500 || !strings.Contains(ae.Msg, "deleted") {
+		t.Fatalf("err = %#v, want a 5xx saying the pod was deleted", err)
+	}
+}
+
+func TestUnreachableRunnerMovesToNextPod(t *testing.T) {
+	dial, calls := refusingDialer(1)
+	e := newEnv(t, nil, func(o *Options) { o.Dialer = dial }).start()
+	e.waitWarm(3)
+	res, err := e.execute("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("dials = %d, want 2 (one refused, one that worked)", calls.Load())
+	}
+	if got := e.patches.Load(); got != 2 {
+		t.Fatalf("claims = %d, want 2", got)
+	}
+	// Both claimed pods are deleted: the unreachable one and the used one.
+	e.eventually("both claimed pods deleted", func() bool { return len(e.claimedPods()) == 0 })
+	e.waitWarm(3)
+	if res.SandboxID == "" {
+		t.Fatal("no sandbox id")
+	}
+
+	all, _ := refusingDialer(1 << 30)
+	e2 := newEnv(t, nil, func(o *Options) { o.Dialer = all }).start()
+	e2.waitWarm(3)
+	_, err = e2.execute("x")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Msg, "refused") {
+		t.Fatalf("every runner unreachable: err = %v, want 502 naming the cause", err)
+	}
+}
+
+func TestRunnerRefusesJob(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	var n int
+	var mu sync.Mutex
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		first := n == 1
+		mu.Unlock()
+		if first {
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"error":"this sandbox already ran its job"}`))
+			return
+		}
+		okRunner(w, r)
+	})
+	if _, err := e.execute("x"); err != nil {
+		t.Fatalf("a runner that refused (409) should send the request to another pod: %v", err)
+	}
+}
+
+func ownerPod(name, uid string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, UID: typesUID(uid)}}
+}
+
+func sandboxPod(name, owner, ownerUID string, claimed bool) *corev1.Pod {
+	p := kube.SnippetPod(kube.PodOptions{Namespace: testNS, Image: "sandbox:dev", Owner: kube.Owner{Name: owner, UID: typesUID(ownerUID)}}, name, kube.MinUID)
+	if claimed {
+		p.Labels[kube.LabelClaimedBy] = owner
+	}
+	setReady(p)
+	return p
+}
+
+func TestJanitor(t *testing.T) {
+	objs := []runtime.Object{
+		ownerPod("serve-0", "serve-0-uid"),
+		ownerPod("serve-1", "serve-1-uid"),
+		ownerPod("serve-2", "serve-2-new-uid"),
+		sandboxPod("sandbox-own-claimed", "serve-0", "serve-0-uid", true), // stale claim of ours
+		sandboxPod("sandbox-own-warm", "serve-0", "serve-0-uid", false),   // still good: used
+		sandboxPod("sandbox-live-owner", "serve-1", "serve-1-uid", true),  // another replica's run
+		sandboxPod("sandbox-gone-owner", "serve-9", "serve-9-uid", false), // owner deleted
+		sandboxPod("sandbox-replaced", "serve-2", "serve-2-old-uid", false),
+		sandboxPod("sandbox-no-ref", "laptop", "", false), // cannot judge: left alone
+	}
+	e := newEnv(t, objs).start()
+	e.eventually("janitor and refill", func() bool {
+		live, _ := e.warm()
+		return e.pool.Ready() && live >= 3
+	})
+	left := map[string]bool{}
+	for _, p := range e.pods() {
+		left[p.Name] = true
+	}
+	for name, want := range map[string]bool{
+		"sandbox-own-claimed": false, "sandbox-own-warm": true, "sandbox-live-owner": true,
+		"sandbox-gone-owner": false, "sandbox-replaced": false, "sandbox-no-ref": true,
+	} {
+		if left[name] != want {
+			t.Errorf("%s: present = %v, want %v", name, left[name], want)
+		}
+	}
+	if got := testutil.ToFloat64(e.pool.m.orphans); got != 3 {
+		t.Errorf("orphans cleaned = %v, want 3", got)
+	}
+	// The warm pod of this owner counts: only two new ones were needed.
+	if got := e.creates.Load(); got != 2 {
+		t.Errorf("creates = %d, want 2", got)
+	}
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		okRunner(w, r)
+	})
+	type out struct {
+		res exec.Result
+		err error
+	}
+	got := make(chan out, 1)
+	go func() {
+		res, err := e.execute("slow")
+		got <- out{res, err}
+	}()
+	<-entered
+
+	stopped := make(chan struct{})
+	go func() { e.stop(); close(stopped) }()
+	e.eventually("shutdown begun", func() bool {
+		e.pool.mu.Lock()
+		defer e.pool.mu.Unlock()
+		return e.pool.closing
+	})
+	if _, err := e.execute("late"); !errors.Is(err, errShuttingDown) {
+		t.Fatalf("a request during shutdown: err = %v, want 503 shutting down", err)
+	}
+	if e.pool.Ready() {
+		t.Fatal("Ready during shutdown")
+	}
+	select {
+	case <-stopped:
+		t.Fatal("Run returned with a run in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	o := <-got
+	if o.err != nil || o.res.Stdout != "ran: slow" {
+		t.Fatalf("run in flight: %+v, %v", o.res, o.err)
+	}
+	<-stopped
+	if pods := e.pods(); len(pods) != 0 {
+		t.Fatalf("%d pods left after shutdown", len(pods))
+	}
+}
+
+func TestMetricsRegister(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	reg := prometheus.NewRegistry()
+	if err := e.pool.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(e.pool.m.ready); got != 3 {
+		t.Errorf("ready gauge = %v", got)
+	}
+	if got := testutil.ToFloat64(e.pool.m.target); got != 3 {
+		t.Errorf("target gauge = %v", got)
+	}
+	if n := testutil.CollectAndCount(e.pool.m.podStartup); n != 1 {
+		t.Errorf("startup histogram series = %d", n)
+	}
+}
+
+func TestExecuteCanceledWhileWaiting(t *testing.T) {
+	e := newEnv(t, nil)
+	e.autoReady.Store(false)
+	e.start()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.pool.Execute(ctx, exec.Job{Code: "x"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}
+
+// BenchmarkExecute measures the pool's own request path -- claim patch,
+// runner round trip on loopback, release -- against the fake clientset.
+func BenchmarkExecute(b *testing.B) {
+	e := newEnv(b, nil, func(o *Options) {
+		o.Logger = slog.New(slog.DiscardHandler)
+		o.Size = 10
+	}).start()
+	e.waitWarm(10)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := e.execute("x"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// DialFunc opens a connection to a runner; tests swap it.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// dialTimeout bounds connecting to a runner on the pod network: a healthy
+// pod answers in well under a millisecond, and a policy engine that drops
+// instead of rejecting should not hold a request for long before the pool
+// moves on to another pod.
+const dialTimeout = 2 * time.Second
+
+// maxResultBytes bounds a runner's answer: two 1 MiB streams, JSON-escaped
+// (up to six bytes per byte), plus the envelope.
+const maxResultBytes = 16 << 20
+
+// dialError marks a failure to connect: the job never reached the runner,
+// so it is safe to try another pod.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "connect to runner: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// notDelivered says the job did not reach (or was refused by) the runner in
+// pod, so the request can move on to another pod.
+type notDelivered struct {
+	pod string
+	err error
+}
+
+func (e *notDelivered) Error() string { return fmt.Sprintf("sandbox pod %s: %v", e.pod, e.err) }
+func (e *notDelivered) Unwrap() error { return e.err }
+
+// newRunnerClient returns the HTTP client for runners: no proxy (the pod
+// network is direct), no connection reuse (each pod takes one request), and
+// dial failures marked as such.
+func newRunnerClient(dial DialFunc) *http.Client {
+	if dial == nil {
+		d := &net.Dialer{Timeout: dialTimeout}
+		dial = d.DialContext
+	}
+	return &http.Client{Transport: &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, &dialError{err: err}
+			}
+			return c, nil
+		},
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 64 << 10,
+	}}
+}
+
+func isDialError(err error) bool {
+	var de *dialError
+	return errors.As(err, &de)
+}
