@@ -1,0 +1,294 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/verify"
+)
+
+// verifyTimeout bounds one `sandbox verify` run; a full run takes about two
+// minutes on kind.
+const verifyTimeout = 8 * time.Minute
+
+// runVerify runs the built binary against the suite's cluster, with the
+// stand-ins, and returns its JSON report (and the table rendered from it in
+// the test log). A report that does not parse fails the test; a non-zero
+// exit does not by itself: callers judge the checks.
+func runVerify(ctx context.Context, t *testing.T, args ...string) *verify.Report {
+	t.Helper()
+	s := Suite(ctx)
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	argv := append([]string{"verify", "--kubeconfig", s.Kubeconfig,
+		"--metadata-addr", s.Standins.Metadata.IP + ":80", "--internet-addr", s.Standins.Internet.IP + ":80",
+		"--output", "json"}, args...)
+	cmd := exec.CommandContext(ctx, s.SandboxBin, argv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("sandbox %s: %v after %s\n%s", strings.Join(argv, " "), err, time.Since(start).Round(time.Second), stderr.String())
+	var rep verify.Report
+	if jerr := json.Unmarshal(stdout.Bytes(), &rep); jerr != nil {
+		t.Fatalf("verify printed no JSON report (%v): %q", jerr, clipOut(stdout.String()))
+	}
+	var table bytes.Buffer
+	_ = rep.Write(&table, verify.FormatTable)
+	t.Logf("verify report:\n%s", table.String())
+	if (err == nil) != rep.Summary.OK {
+		t.Errorf("exit %v disagrees with summary ok=%v", err, rep.Summary.OK)
+	}
+	return &rep
+}
+
+func clipOut(s string) string {
+	if len(s) > 2000 {
+		return s[:2000] + "..."
+	}
+	return s
+}
+
+// expect asserts the status of each named check.
+func expect(t *testing.T, rep *verify.Report, want verify.Status, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		r, ok := rep.Check(n)
+		switch {
+		case !ok:
+			t.Errorf("%s: not in the report", n)
+		case r.Status != want:
+			t.Errorf("%s: %s, want %s: %s", n, r.Status, want, r.Evidence)
+		}
+	}
+}
+
+func clientset(ctx context.Context, t *testing.T) kubernetes.Interface {
+	t.Helper()
+	_, cs, err := verify.Clients(Suite(ctx).Kubeconfig, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// TestVerify runs verify against the real deployment: every check PASS,
+// except those that do not apply yet (tool calls), which must say so.
+func TestVerify(t *testing.T) {
+	f := features.New("sandbox verify passes on the real deployment").
+		WithLabel("needs", "service").
+		Assess("every check passes", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if err := ServiceErr(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rep := runVerify(ctx, t)
+			for _, c := range rep.Checks {
+				switch {
+				case c.Name == "toolcalls/egress" && c.Status == verify.Skip:
+				case c.Status != verify.Pass:
+					t.Errorf("%s: %s: %s", c.Name, c.Status, c.Evidence)
+				}
+			}
+			if len(rep.Checks) < 30 {
+				t.Errorf("only %d checks ran", len(rep.Checks))
+			}
+			if !rep.Summary.OK {
+				t.Errorf("summary not ok: %+v", rep.Summary)
+			}
+			return ctx
+		}).
+		Feature()
+	testenv.Test(t, f)
+}
+
+// networkBlockChecks are the checks that a deployment without
+// NetworkPolicies must fail.
+var networkBlockChecks = []string{
+	"network/canary-pod", "network/canary-service", "network/apiserver-service", "network/apiserver-endpoint",
+	"network/kubelet", "network/other-sandbox-runner", "network/internet-standin", "network/metadata-standin",
+	"network/dns-other-resolver-pod-udp", "network/dns-other-resolver-pod-tcp",
+	"network/dns-other-resolver-service-udp", "network/dns-other-resolver-service-tcp",
+}
+
+type policiesKey struct{}
+
+// TestVerifyWithoutNetworkPolicy deletes the namespace's NetworkPolicies and
+// asserts that every network block check FAILs (and DNS still PASSes), then
+// puts the very same policies back.
+func TestVerifyWithoutNetworkPolicy(t *testing.T) {
+	f := features.New("sandbox verify fails without NetworkPolicies").
+		WithLabel("needs", "service").
+		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if err := ServiceErr(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cs := clientset(ctx, t)
+			l, err := cs.NetworkingV1().NetworkPolicies(kindenv.Namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.Items) == 0 {
+				t.Fatal("the deployment has no NetworkPolicies to remove")
+			}
+			saved := l.Items
+			ctx = context.WithValue(ctx, policiesKey{}, saved)
+			for _, p := range saved {
+				if err := cs.NetworkingV1().NetworkPolicies(kindenv.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatalf("delete policy %s: %v", p.Name, err)
+				}
+			}
+			t.Logf("deleted %d NetworkPolicies", len(saved))
+			time.Sleep(3 * time.Second) // the engine removes its rules within about a second
+			return ctx
+		}).
+		Assess("the network block checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			rep := runVerify(ctx, t, "--only", "network")
+			expect(t, rep, verify.Fail, networkBlockChecks...)
+			expect(t, rep, verify.Pass, "network/dns-cluster-udp", "network/dns-cluster-tcp")
+			if rep.Summary.OK {
+				t.Error("verify said OK without NetworkPolicies")
+			}
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			saved, _ := ctx.Value(policiesKey{}).([]networkingv1.NetworkPolicy)
+			cs := clientset(ctx, t)
+			for _, p := range saved {
+				p.ResourceVersion, p.UID, p.CreationTimestamp, p.ManagedFields = "", "", metav1.Time{}, nil
+				if _, err := cs.NetworkingV1().NetworkPolicies(kindenv.Namespace).Create(ctx, &p, metav1.CreateOptions{}); err != nil {
+					t.Errorf("restore policy %s: %v", p.Name, err)
+				}
+			}
+			time.Sleep(3 * time.Second)
+			return ctx
+		}).
+		Feature()
+	testenv.Test(t, f)
+}
+
+// serveHasFlag says whether the built binary's serve mode knows a (hidden)
+// flag: kong refuses unknown flags before it prints help.
+func serveHasFlag(ctx context.Context, flag string) bool {
+	return exec.CommandContext(ctx, Suite(ctx).SandboxBin, "serve", flag, "--help").Run() == nil
+}
+
+// weaken patches the serve Deployment's args (and the namespace's Pod
+// Security level when asked), waits for the rollout and a warm pool made by
+// the new pods, and returns the function that undoes it.
+func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel string) func() {
+	t.Helper()
+	cs := clientset(ctx, t)
+	deps := cs.AppsV1().Deployments(kindenv.Namespace)
+	dep, err := deps.Get(ctx, kindenv.Deployment, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origArgs := append([]string(nil), dep.Spec.Template.Spec.Containers[0].Args...)
+	nsClient := cs.CoreV1().Namespaces()
+	ns, err := nsClient.Get(ctx, kindenv.Namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origPSA := ns.Labels["pod-security.kubernetes.io/enforce"]
+	if psaLevel != "" {
+		ns.Labels["pod-security.kubernetes.io/enforce"] = psaLevel
+		if _, err := nsClient.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setArgs := func(args []string) error {
+		d, err := deps.Get(ctx, kindenv.Deployment, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Spec.Containers[0].Args = args
+		if _, err := deps.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+		if err := Suite(ctx).WaitAvailable(ctx, 3*time.Minute); err != nil {
+			return err
+		}
+		// The old replica's warm pods go with it; give the new one time to fill its pool.
+		time.Sleep(10 * time.Second)
+		return nil
+	}
+	if err := setArgs(append(append([]string(nil), origArgs...), extraArgs...)); err != nil {
+		t.Fatalf("weaken serve with %v: %v", extraArgs, err)
+	}
+	return func() {
+		if err := setArgs(origArgs); err != nil {
+			t.Errorf("restore serve args: %v", err)
+		}
+		if psaLevel != "" {
+			if ns, err := nsClient.Get(ctx, kindenv.Namespace, metav1.GetOptions{}); err == nil {
+				ns.Labels["pod-security.kubernetes.io/enforce"] = origPSA
+				if _, err := nsClient.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+					t.Errorf("restore Pod Security label: %v", err)
+				}
+			}
+		}
+	}
+}
+
+type restoreKey struct{}
+
+// weakenedFeature runs verify against serve started with extra (hidden,
+// test-only) flags and asserts that the named checks FAIL.
+func weakenedFeature(name, flag string, extraArgs []string, psa string, only string, fails []string) features.Feature {
+	return features.New(name).
+		WithLabel("needs", "service").
+		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if err := ServiceErr(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !serveHasFlag(ctx, flag) {
+				t.Skipf("serve has no %s knob yet (requested in notes/requests.md): this weakened deployment cannot be built", flag)
+			}
+			return context.WithValue(ctx, restoreKey{}, weaken(ctx, t, extraArgs, psa))
+		}).
+		Assess("the matching checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			rep := runVerify(ctx, t, "--only", only)
+			expect(t, rep, verify.Fail, fails...)
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if restore, ok := ctx.Value(restoreKey{}).(func()); ok {
+				restore()
+			}
+			return ctx
+		}).
+		Feature()
+}
+
+// TestVerifyRootPodWithToken: snippet pods as uid 0 with the service-account
+// token mounted (the namespace relaxed to privileged so they are admitted).
+func TestVerifyRootPodWithToken(t *testing.T) {
+	const knob = "--unsafe-pod-spec=root-token"
+	testenv.Test(t, weakenedFeature("sandbox verify fails on root pods with a token", knob, []string{knob}, "privileged",
+		"posture,inside",
+		[]string{"posture/pod-security-restricted", "posture/pod-spec-container", "posture/pod-spec-isolation",
+			"inside/non-root-identity", "inside/no-service-account-token"}))
+}
+
+// TestVerifyRunnerWithoutTreeKill: a runner that kills only the snippet's
+// leader process on timeout.
+func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
+	const knob = "--runner-arg=--unsafe-kill-leader-only"
+	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knob, []string{knob}, "",
+		"runner", []string{"runner/timeout-kills-tree"}))
+}
