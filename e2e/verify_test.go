@@ -36,7 +36,7 @@ func runVerify(ctx context.Context, t *testing.T, args ...string) *verify.Report
 	defer cancel()
 	argv := append([]string{"verify", "--kubeconfig", s.Kubeconfig,
 		"--metadata-addr", s.Standins.Metadata.IP + ":80", "--internet-addr", s.Standins.Internet.IP + ":80",
-		"--output", "json"}, args...)
+		"--standin-token", kindenv.CanaryToken, "--output", "json"}, args...)
 	cmd := exec.CommandContext(ctx, s.SandboxBin, argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

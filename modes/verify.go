@@ -37,7 +37,7 @@ type VerifyCmd struct {
 func (c *VerifyCmd) Run(d *Deps) error {
 	rep, err := verify.Run(d.Ctx, verify.Options{
 		Namespace: c.Namespace, Service: c.Service, URL: c.URL, Kubeconfig: c.Kubeconfig, Context: c.Context,
-		ServiceAccount: c.ServiceAccount, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr,
+		ServiceAccount: c.ServiceAccount, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr, StandinToken: c.StandinToken,
 		ClusterDomain: c.ClusterDomain, RuntimeClass: c.RuntimeClass, MemoryLimit: c.MemoryLimit, Parallel: c.Parallel,
 		Only: c.Only, Timeout: c.Timeout, AllowInconclusive: c.AllowInconclusive, KeepFixtures: c.Keep,
 		Progress: d.Stderr,

@@ -29,6 +29,9 @@ type Options struct {
 	// HTTP); "" skips the target.
 	MetadataAddr string
 	InternetAddr string
+	// StandinToken, when set, must be in the stand-ins' answers for the
+	// control's reach to count (the e2e stand-ins say "sandbox-canary").
+	StandinToken string
 	// ClusterDomain builds the DNS name the sandbox must resolve.
 	ClusterDomain string
 	// RuntimeClass is the runtimeClassName snippet pods must carry; "" means

@@ -274,7 +274,7 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 			notes = append(notes, fmt.Sprintf("%s: %v", sa.check, err))
 			continue
 		}
-		add(sa.check, "13", false, netsec.Target{Kind: netsec.HTTP, Host: host, Port: port})
+		add(sa.check, "13", false, netsec.Target{Kind: netsec.HTTP, Host: host, Port: port, Token: e.opts.StandinToken})
 	}
 
 	dnsHost := netsec.ResolvConf
