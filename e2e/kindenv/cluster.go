@@ -1,0 +1,167 @@
+package kindenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+)
+
+const (
+	// DefaultName is the cluster name shared with the manifests and verify.
+	DefaultName = "sandbox"
+	// PodSubnet must match the host-local range in e2e/node/10-ptp.conflist,
+	// which is baked into the node image (single node only).
+	PodSubnet = "10.244.0.0/16"
+	// PodPidsLimit caps processes per pod, so a fork bomb in a snippet is
+	// contained in its pod instead of exhausting the node. 1024 leaves a
+	// Python program plenty of threads and subprocesses.
+	PodPidsLimit = 1024
+)
+
+// Cluster is one kind cluster driven through the kind library.
+type Cluster struct {
+	Name      string
+	NodeImage string
+	provider  *kindcluster.Provider
+}
+
+// NewCluster returns a handle on the kind cluster name using Docker; kind's
+// progress goes to log.
+func NewCluster(name, nodeImage string, log io.Writer) *Cluster {
+	return &Cluster{
+		Name:      name,
+		NodeImage: nodeImage,
+		provider:  kindcluster.NewProvider(kindcluster.ProviderWithDocker(), kindcluster.ProviderWithLogger(newLogger(log))),
+	}
+}
+
+// Exists reports whether the cluster's nodes exist.
+func (c *Cluster) Exists() (bool, error) {
+	names, err := c.provider.List()
+	if err != nil {
+		return false, fmt.Errorf("list kind clusters: %w", err)
+	}
+	return slices.Contains(names, c.Name), nil
+}
+
+// config is the cluster's kind configuration: one node of our offline image,
+// the pod range our baked CNI config serves, and kubelet settings.
+func (c *Cluster) config(cgroupV1 bool) *v1alpha4.Cluster {
+	kubelet := "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n" +
+		fmt.Sprintf("podPidsLimit: %d\n", PodPidsLimit)
+	if cgroupV1 {
+		// Kubernetes 1.35+ refuses cgroup v1 unless told otherwise.
+		kubelet += "failCgroupV1: false\n"
+	}
+	cfg := &v1alpha4.Cluster{
+		TypeMeta:             v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
+		Name:                 c.Name,
+		Nodes:                []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: c.NodeImage}},
+		Networking:           v1alpha4.Networking{PodSubnet: PodSubnet},
+		KubeadmConfigPatches: []string{kubelet},
+	}
+	v1alpha4.SetDefaultsCluster(cfg)
+	return cfg
+}
+
+// Create creates the cluster and waits for its node to be Ready. The
+// kubeconfig is merged into the default one ($KUBECONFIG or ~/.kube/config)
+// as context kind-<name>, as the kind CLI does.
+func (c *Cluster) Create(ctx context.Context) error {
+	v1, err := dockerCgroupV1(ctx)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- c.provider.Create(c.Name,
+			kindcluster.CreateWithV1Alpha4Config(c.config(v1)),
+			kindcluster.CreateWithWaitForReady(3*time.Minute),
+			kindcluster.CreateWithDisplayUsage(false),
+			kindcluster.CreateWithDisplaySalutation(false),
+		)
+	}()
+	// kind's Create takes no context; if ours ends first, we still wait for
+	// it so that nothing outlives the call, then report the context's error.
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = <-done
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create kind cluster %q: %w", c.Name, err)
+	}
+	return nil
+}
+
+// Delete removes the cluster and its kubeconfig context.
+func (c *Cluster) Delete() error {
+	if err := c.provider.Delete(c.Name, ""); err != nil {
+		return fmt.Errorf("delete kind cluster %q: %w", c.Name, err)
+	}
+	return nil
+}
+
+// WriteKubeconfig writes the cluster's kubeconfig to path.
+func (c *Cluster) WriteKubeconfig(path string) error {
+	kc, err := c.provider.KubeConfig(c.Name, false)
+	if err != nil {
+		return fmt.Errorf("kubeconfig of %q: %w", c.Name, err)
+	}
+	return os.WriteFile(path, []byte(kc), 0o600)
+}
+
+// ControlPlane returns the Docker container name of the control-plane node.
+func (c *Cluster) ControlPlane() (string, error) {
+	nodes, err := c.provider.ListInternalNodes(c.Name)
+	if err != nil {
+		return "", fmt.Errorf("list nodes of %q: %w", c.Name, err)
+	}
+	cp, err := nodeutils.BootstrapControlPlaneNode(nodes)
+	if err != nil {
+		return "", err
+	}
+	return cp.String(), nil
+}
+
+// LoadImage copies a Docker image into every node's containerd, as
+// `kind load docker-image` does.
+func (c *Cluster) LoadImage(ctx context.Context, image string) error {
+	nodes, err := c.provider.ListInternalNodes(c.Name)
+	if err != nil {
+		return fmt.Errorf("list nodes of %q: %w", c.Name, err)
+	}
+	for _, n := range nodes {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		save := dockerSave(ctx, image)
+		err := nodeutils.LoadImageArchive(n, save)
+		cerr := save.Close()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("load %s into %s: %w", image, n, err)
+		}
+		if cerr != nil {
+			return fmt.Errorf("docker save %s: %w", image, cerr)
+		}
+	}
+	return nil
+}
+
+func dockerCgroupV1(ctx context.Context) (bool, error) {
+	out, err := cmd{name: "docker", args: []string{"info", "--format", "{{.CgroupVersion}}"}, timeout: 30 * time.Second}.output(ctx)
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(out) == "1", nil
+}

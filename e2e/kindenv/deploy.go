@@ -1,0 +1,60 @@
+package kindenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+)
+
+const (
+	// Namespace and Deployment are the names the manifests use (see the contract).
+	Namespace  = "sandbox"
+	Deployment = "sandbox"
+)
+
+// Kubectl runs the kubectl built for the cluster against one kubeconfig.
+type Kubectl struct {
+	Path       string
+	Kubeconfig string
+}
+
+// Run runs kubectl with args and stdin, returning stdout.
+func (k Kubectl) Run(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	c := cmd{name: k.Path, args: append([]string{"--kubeconfig", k.Kubeconfig}, args...), timeout: 5 * time.Minute}
+	if stdin != nil {
+		c.stdin = bytes.NewReader(stdin)
+	}
+	return c.output(ctx)
+}
+
+// Manifests renders `sandbox manifests --image image` with the sandbox binary.
+func Manifests(ctx context.Context, sandboxBin, image string) ([]byte, error) {
+	out, err := cmd{name: sandboxBin, args: []string{"manifests", "--image", image}, timeout: time.Minute}.output(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("render manifests: %w", err)
+	}
+	if len(bytes.TrimSpace([]byte(out))) == 0 {
+		return nil, fmt.Errorf("render manifests: %s printed nothing", sandboxBin)
+	}
+	return []byte(out), nil
+}
+
+// Deploy applies the service's manifests (sandbox manifests | kubectl apply -f -).
+func Deploy(ctx context.Context, k Kubectl, sandboxBin, image string) error {
+	m, err := Manifests(ctx, sandboxBin, image)
+	if err != nil {
+		return err
+	}
+	if _, err := k.Run(ctx, m, "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("apply manifests: %w", err)
+	}
+	return nil
+}
+
+// WaitAvailable waits until the sandbox Deployment reports Available.
+func WaitAvailable(ctx context.Context, k Kubectl, timeout time.Duration) error {
+	_, err := k.Run(ctx, nil, "-n", Namespace, "wait", "--for=condition=Available",
+		"deployment/"+Deployment, fmt.Sprintf("--timeout=%s", timeout))
+	return err
+}

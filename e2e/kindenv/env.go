@@ -1,0 +1,180 @@
+package kindenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Env is the whole e2e environment, built phase by phase. `make kind-up`
+// runs every phase in order; the e2e suite's TestMain runs each as a Setup
+// step. Fields are filled in as phases complete.
+type Env struct {
+	Root     string    // repository root
+	Name     string    // kind cluster name
+	Image    string    // the sandbox image, loaded into the cluster
+	Standins Standins  // the metadata and internet stand-ins
+	Log      io.Writer // progress and phase timings
+
+	NodeImage  string
+	Bins       map[string]string // binary set name -> directory
+	Cluster    *Cluster
+	Kubeconfig string // a kubeconfig file for this cluster only
+	Kubectl    Kubectl
+	SandboxBin string // bin/sandbox, built from this tree
+	NodeName   string // the control-plane node's container
+}
+
+// NewEnv returns the default environment for the repository at root.
+func NewEnv(root string, log io.Writer) *Env {
+	return &Env{Root: root, Name: DefaultName, Image: "sandbox:dev", Standins: DefaultStandins, Log: log}
+}
+
+// Phase runs fn as a named phase, printing its start and duration.
+func (e *Env) Phase(name string, fn func() error) error {
+	start := time.Now()
+	fmt.Fprintf(e.Log, "%s === phase %s\n", start.UTC().Format("15:04:05"), name)
+	err := fn()
+	d := time.Since(start).Round(100 * time.Millisecond)
+	if err != nil {
+		fmt.Fprintf(e.Log, "=== phase %s FAILED after %s: %v\n", name, d, err)
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	fmt.Fprintf(e.Log, "=== phase %s done in %s\n", name, d)
+	return nil
+}
+
+func (e *Env) scripts() Scripts { return Scripts{Root: e.Root, Progress: e.Log} }
+
+// Host prepares the machine (packages, dockerd, the runc wrapper).
+func (e *Env) Host(ctx context.Context) error {
+	return e.Phase("host setup", func() error { return e.scripts().HostSetup(ctx) })
+}
+
+// Images builds or finds cached binaries, the node image and the sandbox image.
+func (e *Env) Images(ctx context.Context) error {
+	if err := e.Phase("binaries", func() (err error) {
+		e.Bins, err = e.scripts().Binaries(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := e.Phase("node image", func() (err error) {
+		e.NodeImage, err = e.scripts().NodeImage(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	return e.Phase("sandbox image", func() error {
+		e.SandboxBin = filepath.Join(e.Root, "bin", "sandbox")
+		return e.scripts().SandboxImage(ctx)
+	})
+}
+
+// CreateCluster creates the kind cluster. An existing cluster of the same
+// name is deleted first when fresh is set, and reused otherwise.
+func (e *Env) CreateCluster(ctx context.Context, fresh bool) error {
+	return e.Phase("cluster", func() error {
+		e.Cluster = NewCluster(e.Name, e.NodeImage, e.Log)
+		exists, err := e.Cluster.Exists()
+		if err != nil {
+			return err
+		}
+		if exists && fresh {
+			fmt.Fprintf(e.Log, "deleting the existing cluster %q for a fresh one\n", e.Name)
+			if err := e.Cluster.Delete(); err != nil {
+				return err
+			}
+			exists = false
+		}
+		if exists {
+			fmt.Fprintf(e.Log, "reusing the existing cluster %q\n", e.Name)
+		} else if err := e.Cluster.Create(ctx); err != nil {
+			return err
+		}
+		return e.useCluster()
+	})
+}
+
+// Attach uses an existing cluster without creating anything.
+func (e *Env) Attach() error {
+	e.Cluster = NewCluster(e.Name, e.NodeImage, e.Log)
+	exists, err := e.Cluster.Exists()
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("no kind cluster %q", e.Name)
+	}
+	return e.useCluster()
+}
+
+func (e *Env) useCluster() error {
+	dir := filepath.Join(e.Root, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	e.Kubeconfig = filepath.Join(dir, "kubeconfig-"+e.Name)
+	if err := e.Cluster.WriteKubeconfig(e.Kubeconfig); err != nil {
+		return err
+	}
+	node, err := e.Cluster.ControlPlane()
+	if err != nil {
+		return err
+	}
+	e.NodeName = node
+	if k := e.Bins["kubernetes"]; k != "" {
+		e.Kubectl = Kubectl{Path: filepath.Join(k, "kubectl"), Kubeconfig: e.Kubeconfig}
+	}
+	return nil
+}
+
+// LoadImage loads the sandbox image into the nodes.
+func (e *Env) LoadImage(ctx context.Context) error {
+	return e.Phase("load "+e.Image, func() error { return e.Cluster.LoadImage(ctx, e.Image) })
+}
+
+// StandinsUp starts the metadata and internet stand-ins and attaches the node.
+func (e *Env) StandinsUp(ctx context.Context) error {
+	return e.Phase("stand-ins", func() error { return e.Standins.Up(ctx, e.Image, e.NodeName) })
+}
+
+// Deploy applies `sandbox manifests --image <image>`.
+func (e *Env) Deploy(ctx context.Context) error {
+	return e.Phase("deploy manifests", func() error { return Deploy(ctx, e.Kubectl, e.SandboxBin, e.Image) })
+}
+
+// WaitAvailable waits for the sandbox Deployment to become Available.
+func (e *Env) WaitAvailable(ctx context.Context, timeout time.Duration) error {
+	return e.Phase("wait for deployment", func() error { return WaitAvailable(ctx, e.Kubectl, timeout) })
+}
+
+// Down deletes the stand-ins and the cluster.
+func (e *Env) Down(ctx context.Context) error {
+	return e.Phase("delete cluster", func() error {
+		c := NewCluster(e.Name, "", e.Log)
+		node := ""
+		if ok, _ := c.Exists(); ok {
+			node, _ = c.ControlPlane()
+		}
+		serr := e.Standins.Down(ctx, node)
+		if err := c.Delete(); err != nil {
+			return err
+		}
+		return serr
+	})
+}
+
+// Vars are the environment's addresses as environment variables, the form
+// `make kind-up` prints and the suite sets: the stand-ins as host:port and
+// the kubeconfig path.
+func (e *Env) Vars() map[string]string {
+	return map[string]string{
+		"SANDBOX_E2E_METADATA_ADDR": e.Standins.Metadata.IP + ":80",
+		"SANDBOX_E2E_INTERNET_ADDR": e.Standins.Internet.IP + ":80",
+		"SANDBOX_E2E_KUBECONFIG":    e.Kubeconfig,
+	}
+}
