@@ -1,0 +1,101 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+
+	"github.com/sandboxd/sandbox/e2e/kindenv"
+)
+
+// servicePort is the container port behind Service sandbox (80 -> 8080).
+const servicePort = 8080
+
+// forwardToService port-forwards a local port to a Ready pod of the sandbox
+// Deployment (what `kubectl port-forward svc/sandbox` does) and returns the
+// base URL. The forward stops when the test ends.
+func forwardToService(ctx context.Context, t *testing.T, cfg *envconf.Config) string {
+	t.Helper()
+	if err := ServiceErr(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Client().Resources()
+	dep := &appsv1.Deployment{}
+	if err := r.Get(ctx, kindenv.Deployment, kindenv.Namespace, dep); err != nil {
+		t.Fatalf("get deployment: %v", err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	if err != nil {
+		t.Fatalf("deployment selector: %v", err)
+	}
+	cs, err := kubernetes.NewForConfig(r.GetConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		t.Fatalf("list service pods: %v", err)
+	}
+	var pod string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && podReady(p) {
+			pod = p.Name
+			break
+		}
+	}
+	if pod == "" {
+		t.Fatalf("no Ready pod of deployment %s (%d pods)", kindenv.Deployment, len(pods.Items))
+	}
+
+	transport, upgrader, err := spdy.RoundTripperFor(r.GetConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(kindenv.Namespace).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", servicePort)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatalf("port-forward: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("port-forward to %s: %v", pod, err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) == 0 {
+		t.Fatalf("port-forward ports: %v", err)
+	}
+	t.Logf("service pod %s forwarded to 127.0.0.1:%d", pod, ports[0].Local)
+	return fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local)
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
