@@ -1,9 +1,33 @@
 package modes
 
-import "errors"
+import (
+	"fmt"
 
-// ManifestsCmd is a placeholder until its issue lands.
-type ManifestsCmd struct{}
+	"github.com/sandboxd/sandbox/manifests"
+)
 
-// Run reports that the mode is not built yet.
-func (c *ManifestsCmd) Run(d *Deps) error { return errors.New("manifests: not implemented yet") }
+// ManifestsCmd prints the manifests that deploy the service, for
+// `sandbox manifests --image ... | kubectl apply -f -`.
+type ManifestsCmd struct {
+	Image          string   `default:"sandbox:dev" env:"SANDBOX_IMAGE" help:"Image of the service and of its sandbox pods."`
+	Namespace      string   `default:"sandbox" help:"Namespace to deploy into (created, with Pod Security restricted)."`
+	PoolSize       int      `name:"pool-size" default:"3" help:"Warm sandbox pods the service keeps Ready."`
+	RuntimeClass   string   `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
+	APIServerCIDRs []string `name:"api-server-cidr" default:"10.96.0.1/32,172.16.0.0/12" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
+}
+
+// Run renders and prints the manifests.
+func (c *ManifestsCmd) Run(d *Deps) error {
+	out, err := manifests.Render(manifests.Options{
+		Namespace:      c.Namespace,
+		Image:          c.Image,
+		PoolSize:       c.PoolSize,
+		RuntimeClass:   c.RuntimeClass,
+		APIServerCIDRs: c.APIServerCIDRs,
+	})
+	if err != nil {
+		return fmt.Errorf("render manifests: %w", err)
+	}
+	_, err = d.Stdout.Write(out)
+	return err
+}
