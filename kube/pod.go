@@ -66,6 +66,26 @@ type PodOptions struct {
 	RuntimeClass string // "" keeps the cluster default (runc)
 	RunnerPort   int32  // 0 means DefaultRunnerPort
 	Owner        Owner
+
+	// RunnerArgs are appended to the runner's arguments. verify's negative
+	// tests use it to weaken the runner; the manifests never set it.
+	RunnerArgs []string
+	// Unsafe weakens the pod on purpose so that verify can show its probes
+	// fail: UnsafeRootToken runs the runner as root with the service-account
+	// token mounted. Empty in every real deployment; the restricted namespace
+	// refuses such a pod anyway.
+	Unsafe string
+}
+
+// UnsafeRootToken is the only Unsafe mode: uid 0 and a mounted token.
+const UnsafeRootToken = "root-token"
+
+// ValidateUnsafe checks an Unsafe mode name.
+func ValidateUnsafe(mode string) error {
+	if mode != "" && mode != UnsafeRootToken {
+		return fmt.Errorf("unknown unsafe pod spec %q (only %q)", mode, UnsafeRootToken)
+	}
+	return nil
 }
 
 // RandomUID returns a uid in [MinUID, MaxUID] from a secure source, so that
@@ -89,6 +109,10 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	}
 	gid := uid
 	no, yes := false, true
+	nonRoot, mountToken := true, false
+	if o.Unsafe == UnsafeRootToken {
+		uid, gid, nonRoot, mountToken = 0, 0, false, true
+	}
 	deadline := int64(ActiveDeadlineSeconds)
 	grace := int64(0)
 	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
@@ -112,13 +136,13 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
 			TerminationGracePeriodSeconds: &grace,
-			AutomountServiceAccountToken:  &no,
+			AutomountServiceAccountToken:  &mountToken,
 			EnableServiceLinks:            &no,
 			HostNetwork:                   false,
 			HostPID:                       false,
 			HostIPC:                       false,
 			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   &yes,
+				RunAsNonRoot:   &nonRoot,
 				RunAsUser:      &uid,
 				RunAsGroup:     &gid,
 				FSGroup:        &gid,
@@ -128,7 +152,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 				Name:            RunnerContainer,
 				Image:           o.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Args:            []string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir},
+				Args:            append([]string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir}, o.RunnerArgs...),
 				Env: []corev1.EnvVar{
 					// The uid has no passwd entry; give tools a writable home.
 					{Name: "HOME", Value: Workdir},
@@ -147,7 +171,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 				},
 				Resources: corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
 				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot:             &yes,
+					RunAsNonRoot:             &nonRoot,
 					RunAsUser:                &uid,
 					RunAsGroup:               &gid,
 					Privileged:               &no,

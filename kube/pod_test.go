@@ -1,0 +1,259 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func testPod(o PodOptions) *corev1.Pod {
+	if o.Image == "" {
+		o.Image = "sandbox:dev"
+	}
+	if o.Namespace == "" {
+		o.Namespace = "sandbox"
+	}
+	if o.Owner.Name == "" {
+		o.Owner = Owner{Name: "sandbox-7d9f-abcde", UID: "1234"}
+	}
+	return SnippetPod(o, PodName(), RandomUID())
+}
+
+// TestSnippetPodPosture checks the template against Pod Security
+// "restricted" and the posture security-probes.md verifies on live pods.
+func TestSnippetPodPosture(t *testing.T) {
+	pod := testPod(PodOptions{})
+	s := pod.Spec
+	fail := func(format string, args ...any) { t.Helper(); t.Errorf(format, args...) }
+
+	if s.HostNetwork || s.HostPID || s.HostIPC || s.HostUsers != nil && *s.HostUsers {
+		fail("host namespaces in use")
+	}
+	if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		fail("service account token mounted")
+	}
+	if s.EnableServiceLinks == nil || *s.EnableServiceLinks {
+		fail("service links enabled")
+	}
+	if s.RestartPolicy != corev1.RestartPolicyNever {
+		fail("restartPolicy %q", s.RestartPolicy)
+	}
+	if s.ActiveDeadlineSeconds == nil || *s.ActiveDeadlineSeconds < 300 {
+		fail("activeDeadlineSeconds %v: want a backstop well above a run", s.ActiveDeadlineSeconds)
+	}
+	if s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds > 1 {
+		fail("terminationGracePeriodSeconds %v", s.TerminationGracePeriodSeconds)
+	}
+	if s.RuntimeClassName != nil {
+		fail("runtimeClassName set without being asked")
+	}
+	psc := s.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser < MinUID ||
+		psc.RunAsGroup == nil || *psc.RunAsGroup < MinUID || psc.FSGroup == nil || *psc.FSGroup < MinUID {
+		fail("pod securityContext %+v: want non-root uid/gid/fsGroup >= %d", psc, MinUID)
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		fail("pod seccomp %v", psc.SeccompProfile)
+	}
+	for _, g := range psc.SupplementalGroups {
+		if g == 0 {
+			fail("supplemental group 0")
+		}
+	}
+	if len(s.Containers) != 1 || len(s.InitContainers) != 0 || len(s.EphemeralContainers) != 0 {
+		t.Fatalf("want exactly one container")
+	}
+	c := s.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("no container securityContext")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		fail("allowPrivilegeEscalation not false")
+	case sc.Privileged != nil && *sc.Privileged:
+		fail("privileged")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		fail("root filesystem writable")
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		fail("container runAsNonRoot not set")
+	case sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0:
+		fail("capabilities %+v: want drop ALL, add none", sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		fail("container seccomp %v", sc.SeccompProfile)
+	case sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount:
+		fail("procMount %v", *sc.ProcMount)
+	}
+	if *sc.RunAsUser != *psc.RunAsUser {
+		fail("container and pod uid differ")
+	}
+	for _, p := range c.Ports {
+		if p.HostPort != 0 || p.HostIP != "" {
+			fail("host port %+v", p)
+		}
+	}
+	want := resource.MustParse(SnippetMemory)
+	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+		if m := rl[corev1.ResourceMemory]; m.Cmp(want) != 0 {
+			fail("memory %s, want %s", m.String(), SnippetMemory)
+		}
+		if cpu := rl[corev1.ResourceCPU]; cpu.Cmp(resource.MustParse("1")) != 0 {
+			fail("cpu %s, want 1", cpu.String())
+		}
+	}
+	if c.ImagePullPolicy != corev1.PullIfNotPresent || c.Image != "sandbox:dev" {
+		fail("image %s pull %s", c.Image, c.ImagePullPolicy)
+	}
+	if got := strings.Join(c.Args, " "); got != "run --listen :8080 --workdir /work" {
+		fail("args %q", got)
+	}
+	rp := c.ReadinessProbe
+	if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" || rp.HTTPGet.Port.StrVal != RunnerPortName || rp.PeriodSeconds != 1 {
+		fail("readiness probe %+v", rp)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != RunnerPortName || c.Ports[0].ContainerPort != DefaultRunnerPort {
+		fail("ports %+v", c.Ports)
+	}
+
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts["work"] != "/work" || mounts["tmp"] != "/tmp" || len(mounts) != 2 {
+		fail("mounts %v", mounts)
+	}
+	for _, v := range s.Volumes {
+		if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.IsZero() {
+			fail("volume %s: want a size-limited emptyDir, got %+v", v.Name, v.VolumeSource)
+		}
+	}
+
+	if pod.Labels[LabelName] != RunnerName || pod.Labels[LabelKind] != KindSnippet || pod.Labels[LabelOwner] != "sandbox-7d9f-abcde" {
+		fail("labels %v", pod.Labels)
+	}
+	if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].Kind != "Pod" || pod.OwnerReferences[0].UID != "1234" {
+		fail("ownerReferences %+v", pod.OwnerReferences)
+	}
+	if errs := validation.IsDNS1123Subdomain(pod.Name); len(errs) > 0 || !strings.HasPrefix(pod.Name, "sandbox-") {
+		fail("name %q: %v", pod.Name, errs)
+	}
+}
+
+func TestSnippetPodOptions(t *testing.T) {
+	pod := testPod(PodOptions{RuntimeClass: "gvisor", RunnerPort: 9000, Owner: Owner{Name: "laptop"}})
+	if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != "gvisor" {
+		t.Errorf("runtimeClassName %v", pod.Spec.RuntimeClassName)
+	}
+	if len(pod.OwnerReferences) != 0 {
+		t.Errorf("ownerReferences without an owner UID: %v", pod.OwnerReferences)
+	}
+	c := pod.Spec.Containers[0]
+	if c.Ports[0].ContainerPort != 9000 || c.Args[2] != ":9000" {
+		t.Errorf("port %d args %v", c.Ports[0].ContainerPort, c.Args)
+	}
+}
+
+func TestRandomUIDDiffersPerPod(t *testing.T) {
+	seen := map[int64]bool{}
+	for range 1000 {
+		u := RandomUID()
+		if u < MinUID || u > MaxUID {
+			t.Fatalf("uid %d out of range", u)
+		}
+		seen[u] = true
+	}
+	if len(seen) < 990 {
+		t.Fatalf("only %d distinct uids in 1000", len(seen))
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"sandbox-7d9f8-abcde", "sandbox-7d9f8-abcde"},
+		{"my.host", "my.host"},
+	} {
+		if got := LabelValue(tc.in); got != tc.want {
+			t.Errorf("LabelValue(%q) = %q", tc.in, got)
+		}
+	}
+	for _, in := range []string{strings.Repeat("a", 70), "-x-", "a b/c", ""} {
+		got := LabelValue(in)
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 || got == "" {
+			t.Errorf("LabelValue(%q) = %q: %v", in, got, errs)
+		}
+	}
+	if LabelValue(strings.Repeat("a", 70)) == LabelValue(strings.Repeat("a", 71)) {
+		t.Error("long values collide")
+	}
+}
+
+func TestDeathOf(t *testing.T) {
+	term := func(reason string, code int32) []corev1.ContainerStatus {
+		return []corev1.ContainerStatus{{Name: RunnerContainer, State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{Reason: reason, ExitCode: code}}}}
+	}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name   string
+		pod    *corev1.Pod
+		gone   bool
+		dead   bool
+		oom    bool
+		reason string
+	}{
+		{"running", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, false, false, false, ""},
+		{"oom", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: term("OOMKilled", 137)}}, false, true, true, "memory"},
+		{"evicted", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "low on memory", ContainerStatuses: term("Error", 137)}}, false, true, false, "evicted: low on memory"},
+		{"node lost", &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager", Message: "node unreachable"}}}}, false, true, false, "DeletionByTaintManager"},
+		{"deadline", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}}, false, true, false, "DeadlineExceeded"},
+		{"deleting", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}, false, true, false, "deleted"},
+		{"gone", nil, true, true, false, "deleted"},
+		{"gone with last state", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, true, true, false, "deleted"},
+		{"runner crashed", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: term("Error", 2)}}, false, true, false, "exited with code 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := DeathOf(tc.pod, tc.gone)
+			if d.Dead != tc.dead || d.OOMKilled != tc.oom || !strings.Contains(d.Reason, tc.reason) {
+				t.Fatalf("DeathOf = %+v, want dead=%v oom=%v reason containing %q", d, tc.dead, tc.oom, tc.reason)
+			}
+		})
+	}
+}
+
+func TestIsReady(t *testing.T) {
+	ready := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	if !IsReady(ready) {
+		t.Error("ready pod not ready")
+	}
+	noIP := ready.DeepCopy()
+	noIP.Status.PodIP = ""
+	notReady := ready.DeepCopy()
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	for _, p := range []*corev1.Pod{noIP, notReady, {}} {
+		if IsReady(p) {
+			t.Errorf("IsReady(%+v)", p.Status)
+		}
+	}
+}
+
+func TestSnippetPodUnsafeForVerify(t *testing.T) {
+	if err := ValidateUnsafe("nope"); err == nil {
+		t.Error("unknown unsafe mode accepted")
+	}
+	pod := testPod(PodOptions{Unsafe: UnsafeRootToken, RunnerArgs: []string{"--unsafe-kill-leader-only"}})
+	sc := pod.Spec.Containers[0].SecurityContext
+	if *pod.Spec.SecurityContext.RunAsUser != 0 || *sc.RunAsUser != 0 || *sc.RunAsNonRoot || !*pod.Spec.AutomountServiceAccountToken {
+		t.Errorf("root-token pod: uid %d nonRoot %v token %v", *sc.RunAsUser, *sc.RunAsNonRoot, *pod.Spec.AutomountServiceAccountToken)
+	}
+	if args := pod.Spec.Containers[0].Args; args[len(args)-1] != "--unsafe-kill-leader-only" {
+		t.Errorf("args %v", args)
+	}
+	// Everything else stays as hardened as ever.
+	if *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("unsafe mode weakened more than asked: %+v", sc)
+	}
+}
