@@ -1,15 +1,112 @@
 package modes
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/pool"
 	"github.com/sandboxd/sandbox/server"
 )
 
-// KubeFlags are serve's flags for the Kubernetes backend; ServeCmd embeds them.
-type KubeFlags struct{}
+// KubeFlags are serve's flags for the Kubernetes backend; ServeCmd embeds
+// them. In the cluster the Deployment sets them through the environment.
+type KubeFlags struct {
+	Namespace    string        `env:"SANDBOX_NAMESPACE" help:"Namespace of the sandbox pods (default: this pod's namespace in a cluster, else sandbox)."`
+	Image        string        `default:"sandbox:dev" env:"SANDBOX_IMAGE" help:"Image of the sandbox pods (python3 and this binary)."`
+	PoolSize     int           `name:"pool-size" default:"3" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods to keep."`
+	PoolWait     time.Duration `name:"pool-wait" default:"30s" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
+	RuntimeClass string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
+	RunnerPort   int           `name:"runner-port" default:"8080" help:"Port of the runner in sandbox pods."`
+	PodName      string        `name:"pod-name" env:"POD_NAME" help:"This serve pod's name (downward API): the owner of the sandbox pods (default: the host name)."`
+	PodUID       string        `name:"pod-uid" env:"POD_UID" help:"This serve pod's UID (downward API): sandbox pods get an ownerReference to it."`
+	Kubeconfig   string        `type:"path" help:"Kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)."`
 
-// newKubeBackend builds the warm-pool backend. Placeholder until the pool lands.
+	// For verify's negative tests only: deliberately weakened sandbox pods.
+	UnsafePodSpec string   `name:"unsafe-pod-spec" env:"SANDBOX_UNSAFE_POD_SPEC" hidden:"" help:"Weaken sandbox pods on purpose (root-token), to show verify's probes can fail. Never in production."`
+	RunnerArgs    []string `name:"runner-arg" hidden:"" help:"Extra argument for the sandbox pods' runner (repeatable)."`
+}
+
+// defaultNamespace is used outside a cluster when no --namespace is given.
+const defaultNamespace = "sandbox"
+
+// newKubeBackend builds the warm-pool backend and starts it. The returned
+// func stops the pool -- no new claims, runs in flight finish, warm pods are
+// deleted -- and waits for it; call it after the HTTP server has drained.
 func newKubeBackend(d *Deps, f *KubeFlags) (server.Backend, func(), error) {
-	return nil, nil, errors.New("kubernetes backend: not implemented yet")
+	switch {
+	case f.PoolSize < 1:
+		return nil, nil, fmt.Errorf("--pool-size %d: must be at least 1", f.PoolSize)
+	case f.PoolWait <= 0:
+		return nil, nil, fmt.Errorf("--pool-wait %s: must be positive", f.PoolWait)
+	case f.RunnerPort < 1 || f.RunnerPort > 65535:
+		return nil, nil, fmt.Errorf("--runner-port %d: not a port", f.RunnerPort)
+	case f.Image == "":
+		return nil, nil, errors.New("--image: required")
+	}
+	if err := kube.ValidateUnsafe(f.UnsafePodSpec); err != nil {
+		return nil, nil, fmt.Errorf("--unsafe-pod-spec: %w", err)
+	}
+	ns := f.Namespace
+	if ns == "" {
+		ns = kube.InClusterNamespace()
+	}
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	owner := kube.Owner{Name: f.PodName}
+	if f.PodName != "" && f.PodUID != "" {
+		owner.UID = types.UID(f.PodUID)
+	}
+	client, err := kube.NewClient(f.Kubeconfig, "sandbox-serve")
+	if err != nil {
+		return nil, nil, err
+	}
+	log := slog.New(slog.NewJSONHandler(d.Stderr, nil))
+	if f.UnsafePodSpec != "" || len(f.RunnerArgs) > 0 {
+		log.Warn("sandbox pods deliberately weakened for verify's negative tests", "unsafe_pod_spec", f.UnsafePodSpec, "runner_args", f.RunnerArgs)
+	}
+	p, err := pool.New(pool.Options{
+		Client:    client,
+		Namespace: ns,
+		Pod: kube.PodOptions{
+			Image:        f.Image,
+			RuntimeClass: f.RuntimeClass,
+			RunnerPort:   int32(f.RunnerPort),
+			Owner:        owner,
+			RunnerArgs:   f.RunnerArgs,
+			Unsafe:       f.UnsafePodSpec,
+		},
+		Size:   f.PoolSize,
+		Wait:   f.PoolWait,
+		Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	// The pool's life is not d.Ctx: on SIGTERM the server drains first, and
+	// the pool must keep serving the runs in flight until cleanup is called.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			log.Error("warm pool stopped", "err", err)
+		}
+	}()
+	var once sync.Once
+	cleanup := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	return p, cleanup, nil
 }
