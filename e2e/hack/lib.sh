@@ -4,6 +4,7 @@
 # changes whenever one of them does.
 
 set -euo pipefail
+shopt -s inherit_errexit
 
 E2E_HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 E2E_DIR=$(dirname "$E2E_HACK")
@@ -33,13 +34,21 @@ log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # step NAME CMD...: runs CMD, printing the step's name when it starts and how
-# long it took when it ends.
+# long it took when it ends. CMD runs in a subshell with errexit, so a failing
+# command inside a function fails the step; variables it sets do not outlive it.
+# Call it as a plain statement (not under ||, && or if), or errexit is off.
 step() {
-	local name=$1 start rc=0
+	local name=$1 start rc
 	shift
 	start=$(date +%s)
 	log "==> $name"
-	"$@" || rc=$?
+	set +e
+	(
+		set -e
+		"$@"
+	)
+	rc=$?
+	set -e
 	if [ "$rc" -ne 0 ]; then
 		log "<== $name FAILED after $(($(date +%s) - start))s (exit $rc)"
 		return "$rc"
@@ -94,13 +103,47 @@ rootfs_tar() {
 	mkdir -p "$SANDBOX_E2E_CACHE/rootfs"
 	dir=$(mktemp -d "$SANDBOX_E2E_CACHE/rootfs/$name.XXXX")
 	chmod 0755 "$dir" # it becomes the image's /
+	local rc=0
 	step "debootstrap $name ($pkgs)" debootstrap --variant=minbase --include="$pkgs" \
-		"$DEBIAN_SUITE" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1 ||
-		{ tail -n 30 "$dir.log" >&2; die "debootstrap $name failed (log: $dir.log)"; }
+		"$DEBIAN_SUITE" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1 || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		tail -n 30 "$dir.log" >&2
+		die "debootstrap $name failed (log: $dir.log)"
+	fi
 	chroot "$dir" apt-get clean
 	rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin "$dir"/var/log/*.log
 	tar --numeric-owner -C "$dir" -cf "$tar.tmp" .
 	mv "$tar.tmp" "$tar"
 	rm -rf "$dir" "$dir.log"
 	echo "$tar"
+}
+
+# base_image NAME PACKAGES: prints the name of a Docker image of the cached
+# root filesystem NAME, importing it first if Docker does not have it.
+base_image() {
+	local tar img
+	tar=$(rootfs_tar "$1" "$2")
+	img="sandbox-e2e/$1-base:$(basename "$tar" .tar | sed 's/^[a-z]*-//')"
+	if ! docker image inspect "$img" >/dev/null 2>&1; then
+		docker import "$tar" "$img" >/dev/null
+	fi
+	echo "$img"
+}
+
+# image_from BASE NAME STAGING [CHANGE...]: the image NAME is BASE plus the
+# files under STAGING, with Dockerfile-style CHANGEs (ENV, USER, ENTRYPOINT,
+# CMD, WORKDIR, LABEL). Docker refuses a tar that names a path twice, so the
+# files go in with docker cp rather than by appending to the base's tar.
+image_from() {
+	local base=$1 name=$2 staging=$3 c
+	shift 3
+	c=$(docker create "$base" /nonexistent-placeholder)
+	local args=(--change 'CMD []')
+	local ch
+	for ch in "$@"; do args+=(--change "$ch"); done
+	if ! docker cp "$staging/." "$c:/" || ! docker commit "${args[@]}" "$c" "$name" >/dev/null; then
+		docker rm -f "$c" >/dev/null
+		return 1
+	fi
+	docker rm -f "$c" >/dev/null
 }
