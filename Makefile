@@ -21,6 +21,21 @@ unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
+# bench runs every benchmark (the runner's overhead over bare python3, the
+# API's latency) and prints a table in milliseconds; the raw output, for
+# benchstat, is in bin/bench.txt.
+bench:
+	@mkdir -p bin
+	@$(GO) test -run '^$$' -bench . -benchmem ./... > bin/bench.txt 2>&1; status=$$?; \
+	grep -v '^Benchmark' bin/bench.txt; echo; \
+	awk 'BEGIN { printf "%-52s %12s  %s\n", "benchmark", "ms/op", "metrics" } \
+	  /^Benchmark/ { printf "%-52s %12.3f ", $$1, $$3 / 1e6; \
+	    for (i = 5; i < NF; i += 2) { v = $$i; u = $$(i + 1); \
+	      if (u ~ /-ns$$/) { v = sprintf("%.3f", v / 1e6); sub(/-ns$$/, "-ms", u) } \
+	      printf " %s %s", v, u } \
+	    print "" }' bin/bench.txt; \
+	exit $$status
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
