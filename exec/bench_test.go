@@ -1,0 +1,43 @@
+package exec
+
+import (
+	osexec "os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+// BenchmarkRunPrint1 measures Run itself (no binary start-up) against bare
+// python3 -c 'print(1)' on the same interpreter, interleaved, and reports the
+// medians: the cost of the preamble, the pipes, the files and the sweep.
+func BenchmarkRunPrint1(b *testing.B) {
+	python, err := findPython("", nil)
+	if err != nil {
+		b.Skip(err)
+	}
+	dir := b.TempDir()
+	var tp, tr []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if out, err := osexec.Command(python, "-c", "print(1)").Output(); err != nil || string(out) != "1\n" {
+			b.Fatalf("python: %v %q", err, out)
+		}
+		t1 := time.Now()
+		res, err := Run(b.Context(), Job{Code: "print(1)", Timeout: 10 * time.Second}, Options{Dir: dir})
+		if err != nil || res.Stdout != "1\n" {
+			b.Fatalf("Run: %v %+v", err, res)
+		}
+		tp = append(tp, t1.Sub(t0))
+		tr = append(tr, time.Since(t1))
+	}
+	mp, mr := medianOf(tp), medianOf(tr)
+	b.ReportMetric(float64(mp.Nanoseconds()), "python-median-ns")
+	b.ReportMetric(float64(mr.Nanoseconds()), "run-median-ns")
+	b.ReportMetric(float64((mr - mp).Nanoseconds()), "overhead-median-ns")
+}
+
+func medianOf(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
