@@ -1,0 +1,53 @@
+package modes
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestManifestsMode(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main([]string{"manifests", "--image", "reg.example/sandbox:v2", "--namespace", "sb", "--pool-size", "5",
+		"--runtime-class", "gvisor", "--api-server-cidr", "192.0.2.1/32,198.51.100.0/24"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{
+		"kind: Namespace", "name: sb\n", "image: reg.example/sandbox:v2", "value: \"5\"", "value: gvisor",
+		"cidr: 192.0.2.1/32", "cidr: 198.51.100.0/24", "kind: NetworkPolicy", "kind: Role\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "namespace: sandbox") {
+		t.Error("an object stayed in namespace sandbox")
+	}
+}
+
+func TestManifestsModeRejectsBadCIDR(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"manifests", "--api-server-cidr", "10.96.0.1"}, &out, &errb); code == 0 {
+		t.Fatal("bad CIDR accepted")
+	}
+	if out.Len() != 0 {
+		t.Errorf("printed manifests despite the error:\n%s", out.String())
+	}
+}
+
+func TestNewKubeBackendValidates(t *testing.T) {
+	d := &Deps{Ctx: t.Context(), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
+	for name, f := range map[string]KubeFlags{
+		"pool size":   {Image: "x", PoolSize: 0, PoolWait: 1, RunnerPort: 8080},
+		"pool wait":   {Image: "x", PoolSize: 1, PoolWait: 0, RunnerPort: 8080},
+		"runner port": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 70000},
+		"image":       {PoolSize: 1, PoolWait: 1, RunnerPort: 8080},
+		"unsafe":      {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, UnsafePodSpec: "everything"},
+	} {
+		if _, _, err := newKubeBackend(d, &f); err == nil {
+			t.Errorf("%s: accepted %+v", name, f)
+		}
+	}
+}
