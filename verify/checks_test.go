@@ -476,3 +476,43 @@ func TestJudgeReuse(t *testing.T) {
 		t.Errorf("unwritten markers: %s", got.Status)
 	}
 }
+
+// TestInsideGolden judges answers the real snippet gave: in a hardened
+// Docker container (read-only root, no capabilities, no_new_privs, seccomp,
+// uid 65532; its /work was a root-owned tmpfs, so not writable) and on this
+// development host as root (nothing confined).
+func TestInsideGolden(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want map[string]Status
+	}{
+		{"testdata/inside-hardened-docker.json", map[string]Status{
+			"inside/non-root-identity": Pass, "inside/no-capabilities": Pass, "inside/no-new-privs": Pass,
+			"inside/seccomp": Pass, "inside/no-service-account-token": Pass, "inside/no-host-access": Pass,
+			"inside/read-only-root": Inconclusive,
+		}},
+		{"testdata/inside-host-root.json", map[string]Status{
+			"inside/non-root-identity": Fail, "inside/no-capabilities": Fail, "inside/no-new-privs": Fail,
+			"inside/seccomp": Fail, "inside/no-service-account-token": Pass, "inside/no-host-access": Fail,
+			"inside/read-only-root": Fail,
+		}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			b, err := os.ReadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &answer{Status: http.StatusOK, Result: exec.Result{SandboxID: "golden", Stdout: string(b)}}
+			j, err := snippetJSON(a, nil, "inside")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := evalInside(j, "golden", false)
+			for name, want := range tc.want {
+				if got := statusOf(t, rs, name); got != want {
+					t.Errorf("%s = %s, want %s", name, got, want)
+				}
+			}
+		})
+	}
+}
