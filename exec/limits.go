@@ -25,8 +25,10 @@ import (
 // The preamble also hides itself: the snippet runs in __main__'s own
 // namespace with __file__ and sys.argv[0] naming the snippet file, and a
 // traceback starts at the snippet's frame, as with `python3 file.py`. When
-// the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble leaves a
-// marker file next to the snippet so that Run can report out of memory.
+// the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble prints
+// the traceback and then SIGKILLs its own process: an out-of-memory death
+// looks the same whether the cap or the cgroup's OOM killer caused it, and
+// Run reports a SIGKILL it did not send under a memory cap as out of memory.
 
 // Resource numbers; syscall lacks RLIMIT_NPROC (<asm-generic/resource.h>).
 const (
@@ -35,13 +37,6 @@ const (
 	rlimitNproc = 6
 	rlimitAS    = syscall.RLIMIT_AS
 )
-
-// oomMarker is the file the preamble creates next to the snippet when it
-// dies of MemoryError.
-const oomMarker = "oom"
-
-// snippetName is the snippet's file name inside the run's private directory.
-const snippetName = "main.py"
 
 const preamble = `def _sandbox():
     import sys, resource as r
@@ -63,13 +58,12 @@ const preamble = `def _sandbox():
     except SystemExit:
         raise
     except BaseException as e:
-        if isinstance(e, MemoryError):
-            try:
-                open(p[:p.rindex('/')] + '/` + oomMarker + `', 'w').close()
-            except BaseException:
-                pass
         e = e.with_traceback(e.__traceback__.tb_next)
         sys.excepthook(type(e), e, e.__traceback__)
+        if isinstance(e, MemoryError):
+            import os, signal
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
         sys.exit(1)
 _sandbox()
 `

@@ -12,10 +12,14 @@ import (
 //
 // Two things can stop a snippet for memory. The RLIMIT_AS cap
 // (Options.MemoryLimit) makes allocations fail, Python raises MemoryError,
-// and the preamble leaves a marker (see limits.go). The cgroup's limit (the
-// pod's memory limit) makes the kernel's OOM killer SIGKILL a process: Run
-// reads the cgroup's oom_kill counter before and after, and a child that died
-// of a SIGKILL we did not send while the counter rose was OOM-killed.
+// and the preamble prints it and SIGKILLs itself (see limits.go). The
+// cgroup's limit (the pod's memory limit) makes the kernel's OOM killer
+// SIGKILL a process. Run reads the cgroup's oom_kill counter before and after:
+// a child that died of a SIGKILL we did not send was OOM-killed if the
+// counter rose, or if a memory cap was set. In a pod whose cgroup has
+// memory.oom.group set (Kubernetes sets it on cgroup v2) the OOM killer takes
+// the runner too and nothing answers; the pool must then report the pod's
+// OOMKilled status. A cap somewhat below the pod's limit avoids that.
 
 // memCgroup is the memory cgroup directory of this process and whether it
 // is cgroup v2, or "" when there is none to read.
