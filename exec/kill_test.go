@@ -84,3 +84,73 @@ func assertDead(t *testing.T, dir string) {
 		}
 	}
 }
+
+// TestConcurrentRunsKeepTheirChildren checks that one run's sweep leaves a
+// concurrent run alone: the local backend runs several in one process.
+func TestConcurrentRunsKeepTheirChildren(t *testing.T) {
+	long := make(chan Result, 1)
+	go func() {
+		res, err := Run(t.Context(), Job{Code: `import subprocess, sys, time
+p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5); print('child done')"])
+time.sleep(0.1)
+p.wait()
+print("parent done", p.returncode)`, Timeout: 20 * time.Second}, Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Errorf("long run: %v", err)
+		}
+		long <- res
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for range 5 {
+		// Each short run sweeps when it ends.
+		run(t, Job{Code: spawnTree}, Options{})
+	}
+	res := <-long
+	if res.Stdout != "child done\nparent done 0\n" {
+		t.Errorf("the long run was disturbed: stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+}
+
+// TestNamespaces runs the child in new PID, mount and network namespaces, as
+// the local backend does when it can.
+func TestNamespaces(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make namespaces")
+	}
+	dir := t.TempDir()
+	res, err := Run(t.Context(), Job{Code: `import os, socket
+print(os.getpid())
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=1)
+    print("network")
+except OSError:
+    print("no network")`, Timeout: 10 * time.Second},
+		Options{Dir: dir, Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET})
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
+		t.Skipf("namespaces not allowed here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "1\nno network\n" {
+		t.Errorf("stdout %q, stderr %q; want pid 1 and no network", res.Stdout, res.Stderr)
+	}
+}
+
+func TestNamespacesTimeout(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make namespaces")
+	}
+	res, err := Run(t.Context(), Job{Code: spawnTree + "time.sleep(300)\n", Timeout: time.Second},
+		Options{Dir: t.TempDir(), Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS})
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
+		t.Skipf("namespaces not allowed here: %v", err)
+	}
+	if err != nil || !res.TimedOut {
+		t.Fatalf("err %v, result %+v", err, res)
+	}
+	// The pids the snippet saw are its namespace's; check our own tree.
+	if kids, err := childrenOf(os.Getpid()); err != nil || len(kids) != 0 {
+		t.Errorf("processes left under the runner: %v (%v)", kids, err)
+	}
+}

@@ -40,6 +40,12 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if opts.Dir == "" {
 		return Result{}, errors.New("run: no working directory")
 	}
+	// HOME and the child's cwd must not depend on ours.
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return Result{}, fmt.Errorf("run: %w", err)
+	}
+	opts.Dir = dir
 	if err := checkFiles(job.Files); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
@@ -73,6 +79,11 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 		}
 	}
 	if err := writeFiles(opts.Dir, job.Files, owner); err != nil {
+		if isHostFault(err) {
+			return Result{}, fmt.Errorf("run: %w", err)
+		}
+		// A path through a symlink out of Dir, a file where a directory
+		// must go: the job's fault.
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	if err := becomeSubreaper(); err != nil {
@@ -239,6 +250,17 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 		return res, fmt.Errorf("run: %w", killErr)
 	}
 	return res, nil
+}
+
+// isHostFault reports whether writing input files failed for a reason of the
+// host's rather than the job's.
+func isHostFault(err error) bool {
+	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EIO, syscall.EROFS} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // killRun kills the child's process group at once, then everything else it
