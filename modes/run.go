@@ -23,6 +23,8 @@ type RunCmd struct {
 	MaxTimeout  time.Duration `name:"max-timeout" default:"60s" env:"SANDBOX_MAX_TIMEOUT" help:"Longest timeout a job may ask for."`
 	MaxOutput   int           `name:"max-output" default:"1048576" env:"SANDBOX_MAX_OUTPUT" help:"Bytes of stdout and of stderr kept (head and tail)."`
 	MemoryLimit int64         `name:"memory-limit" default:"0" env:"SANDBOX_MEMORY_LIMIT" help:"Cap the snippet's address space at this many bytes (0: only the cgroup's limit)."`
+	MaxProcs    int           `name:"max-procs" default:"0" env:"SANDBOX_MAX_PROCS" help:"RLIMIT_NPROC of the snippet (0: 1024)."`
+	MaxFileSize int64         `name:"max-file-size" default:"0" env:"SANDBOX_MAX_FILE_SIZE" help:"Largest file the snippet may write, in bytes (0: 100 MiB)."`
 	Workdir     string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, /work when serving)."`
 	Listen      string        `default:":8080" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
 	SandboxID   string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
@@ -39,15 +41,15 @@ func (c *RunCmd) Validate() error {
 		return fmt.Errorf("--timeout %s is over --max-timeout %s", c.Timeout, c.MaxTimeout)
 	case c.MaxOutput <= 0:
 		return errors.New("--max-output must be positive")
-	case c.MemoryLimit < 0:
-		return errors.New("--memory-limit must not be negative")
+	case c.MemoryLimit < 0 || c.MaxProcs < 0 || c.MaxFileSize < 0:
+		return errors.New("--memory-limit, --max-procs and --max-file-size must not be negative")
 	}
 	return nil
 }
 
 // Run runs the chosen form.
 func (c *RunCmd) Run(d *Deps) error {
-	opts := exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit}
+	opts := exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit, MaxProcs: c.MaxProcs, MaxFileSize: c.MaxFileSize}
 	if c.CodeFile != "" {
 		return c.runFile(d, opts)
 	}

@@ -1,0 +1,59 @@
+package modes_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/modes"
+)
+
+func TestRunCodeFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "snippet.py")
+	if err := os.WriteFile(file, []byte("import os, sys\nprint(os.getcwd() != '')\nsys.exit(3)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	code := modes.Main([]string{"run", "--code-file", file, "--timeout", "5s", "--max-output", "1000"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q: the snippet's exit code belongs in the JSON", code, stderr.String())
+	}
+	var res exec.Result
+	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil {
+		t.Fatalf("stdout is not a result: %v\n%s", err, stdout.String())
+	}
+	if res.Stdout != "True\n" || res.ExitCode != 3 || !strings.HasPrefix(res.SandboxID, "local-") {
+		t.Errorf("result = %+v", res)
+	}
+}
+
+func TestRunCodeFileTimeout(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "loop.py")
+	os.WriteFile(file, []byte("print('a', flush=True)\nwhile True: pass\n"), 0o644)
+	var stdout, stderr strings.Builder
+	if code := modes.Main([]string{"run", "--code-file", file, "--timeout", "500ms"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	var res exec.Result
+	json.Unmarshal([]byte(stdout.String()), &res)
+	if !res.TimedOut || res.ExitCode != -1 || res.Stderr != "timed out after 0.5s\n" || res.Stdout != "a\n" {
+		t.Errorf("result = %+v", res)
+	}
+}
+
+func TestRunFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--code-file", "/nonexistent.py"},
+		{"run", "--code-file", "x.py", "--timeout", "0s"},
+		{"run", "--code-file", "x.py", "--timeout", "2m"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := modes.Main(args, &stdout, &stderr); code == 0 {
+			t.Errorf("%v: exit 0, want an error", args)
+		}
+	}
+}
