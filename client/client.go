@@ -1,0 +1,160 @@
+// Package client calls a sandbox service's HTTP API. Agents and tools in Go
+// import it; `sandbox exec` is built on it.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/exec"
+)
+
+// maxResponse bounds how much of an answer the client reads (64 MiB): two
+// streams of a few MiB each, even with JSON's worst escaping, fit easily,
+// and a broken or hostile server cannot make the client buffer without end.
+const maxResponse = 64 << 20
+
+// Client calls one sandbox service. It is safe for concurrent use.
+type Client struct {
+	base *url.URL
+	hc   *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the client send its requests through hc. The default
+// has no overall timeout: a run is bounded by its own timeout_s and the
+// caller's context.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// New returns a client of the service at baseURL, e.g. http://sandbox.sandbox.svc.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox url %q: %w", baseURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("sandbox url %q: want http://host[:port] or https://host[:port]", baseURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	c := &Client{base: u, hc: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Error is a non-2xx answer from the service.
+type Error struct {
+	// StatusCode is the HTTP status, e.g. 400 or 503.
+	StatusCode int
+	// Message is the service's {"error": ...}, or a description of the
+	// body when it had none.
+	Message string
+	// RetryAfter is the Retry-After header, when the service sent one.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("sandbox service: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// Temporary reports whether trying again later may succeed (503, 429).
+func (e *Error) Temporary() bool {
+	return e.StatusCode == http.StatusServiceUnavailable || e.StatusCode == http.StatusTooManyRequests
+}
+
+// Execute runs one snippet and returns its result. A snippet that fails is
+// still a result (see Result.ExitCode, TimedOut); the error is for requests
+// that did not run: an *Error for a non-2xx answer, or a transport error.
+func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest) (exec.Result, error) {
+	body, err := api.Encode(req)
+	if err != nil {
+		return exec.Result{}, err
+	}
+	var res exec.Result
+	if err := c.do(ctx, http.MethodPost, "/v1/execute", body, &res); err != nil {
+		return exec.Result{}, err
+	}
+	return res, nil
+}
+
+// Ready asks /readyz whether the service can take an execution now.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/readyz", nil, nil)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	u := c.base.JoinPath(path).String()
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, u, err)
+	}
+	if len(data) > maxResponse {
+		return fmt.Errorf("%s %s: answer over %d bytes", method, u, maxResponse)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return responseError(resp, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: answer is not a result: %w", method, u, err)
+	}
+	return nil
+}
+
+// responseError builds the *Error for a non-2xx answer.
+func responseError(resp *http.Response, data []byte) error {
+	e := &Error{StatusCode: resp.StatusCode}
+	var eb api.ErrorBody
+	if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
+		e.Message = eb.Error
+	} else {
+		// Not our service, or a proxy in between: show what came back.
+		text := strings.TrimSpace(string(data))
+		switch {
+		case text == "":
+			e.Message = "empty answer"
+		case len(text) > 200:
+			e.Message = "unexpected answer: " + text[:200] + "…"
+		default:
+			e.Message = "unexpected answer: " + text
+		}
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+// IsTemporary reports whether err is an *Error worth retrying later.
+func IsTemporary(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Temporary()
+}
