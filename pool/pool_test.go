@@ -470,3 +470,27 @@ func BenchmarkExecute(b *testing.B) {
 		}
 	}
 }
+
+// TestReplacesStuckAndExpiringPods: a pod that never becomes Ready (an image
+// that cannot be pulled) and a warm pod near its activeDeadlineSeconds are
+// both replaced, not counted as supply. The clock is moved, not waited for.
+func TestReplacesStuckAndExpiringPods(t *testing.T) {
+	e := newEnv(t, nil)
+	e.autoReady.Store(false)
+	e.start()
+	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
+	pods := e.pods()
+	e.updatePod(pods[0].Name, setReady)
+	e.eventually("one Ready", func() bool { return e.pool.Ready() })
+
+	later := time.Now().Add(kube.ActiveDeadlineSeconds * time.Second)
+	pl := e.pool.plan(later)
+	if len(pl.remove) != 3 || len(pl.create) != 3 {
+		t.Fatalf("plan an hour later: remove %v, create %v; want all 3 replaced", pl.remove, pl.create)
+	}
+	for name, why := range pl.remove {
+		if name == pods[0].Name && !strings.Contains(why, "deadline") || name != pods[0].Name && !strings.Contains(why, "not ready") {
+			t.Errorf("%s removed because %q", name, why)
+		}
+	}
+}
