@@ -1,9 +1,140 @@
 package modes
 
-import "errors"
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
 
-// ExecCmd is a placeholder until its issue lands.
-type ExecCmd struct{}
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/client"
+)
 
-// Run reports that the mode is not built yet.
-func (c *ExecCmd) Run(d *Deps) error { return errors.New("exec: not implemented yet") }
+// Exit codes of `sandbox exec` that are not the snippet's own.
+const (
+	// exitTimedOut is what timeout(1) uses for a command it killed.
+	exitTimedOut = 124
+	// exitNotRun says the snippet did not run: the service was unreachable
+	// or refused the request (docker run uses 125 the same way).
+	exitNotRun = 125
+)
+
+// ExecCmd sends one snippet to a sandbox service and prints its output.
+type ExecCmd struct {
+	URL     string        `env:"SANDBOX_URL" default:"http://127.0.0.1:8080" help:"Base URL of the sandbox service."`
+	Code    string        `short:"c" help:"Python code to run."`
+	Source  string        `arg:"" optional:"" name:"file" help:"File holding the code to run; - reads standard input."`
+	Timeout time.Duration `default:"20s" help:"Time limit of the snippet (whole seconds, at most 60s)."`
+	Files   []string      `name:"input" short:"f" placeholder:"PATH[=LOCAL]" help:"Input file put at PATH in the sandbox's working directory, read from LOCAL (default: PATH). Repeatable."`
+	JSON    bool          `name:"json" help:"Print the result as JSON and exit 0 when the snippet ran, whatever its exit code."`
+}
+
+// Validate checks that exactly one source of code is given.
+func (c *ExecCmd) Validate() error {
+	switch {
+	case c.Code != "" && c.Source != "":
+		return errors.New("give the code with -c or as a file, not both")
+	case c.Code == "" && c.Source == "":
+		return errors.New("no code: give -c CODE, a FILE, or - for standard input")
+	case c.Timeout < time.Second:
+		return fmt.Errorf("--timeout %s: at least 1s", c.Timeout)
+	}
+	return nil
+}
+
+// Run sends the snippet and passes on its output and exit code: the
+// snippet's own, 124 when it timed out, 125 when it did not run.
+func (c *ExecCmd) Run(d *Deps) error {
+	req, err := c.request(os.Stdin)
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(c.URL)
+	if err != nil {
+		return err
+	}
+	res, err := cl.Execute(d.Ctx, req)
+	if err != nil {
+		fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
+		return &ExitError{Code: exitNotRun}
+	}
+	if c.JSON {
+		out, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(d.Stdout, "%s\n", out)
+		return err
+	}
+	io.WriteString(d.Stdout, res.Stdout)
+	io.WriteString(d.Stderr, res.Stderr)
+	switch {
+	case res.TimedOut:
+		return &ExitError{Code: exitTimedOut}
+	case res.ExitCode == 0:
+		return nil
+	case res.ExitCode < 0 || res.ExitCode > 255:
+		return &ExitError{Code: 1}
+	}
+	return &ExitError{Code: res.ExitCode}
+}
+
+// request builds the body from the flags; stdin backs "-".
+func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
+	code := c.Code
+	switch c.Source {
+	case "":
+	case "-":
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return api.ExecuteRequest{}, fmt.Errorf("read code from standard input: %w", err)
+		}
+		code = string(b)
+	default:
+		b, err := os.ReadFile(c.Source)
+		if err != nil {
+			return api.ExecuteRequest{}, fmt.Errorf("read code: %w", err)
+		}
+		code = string(b)
+	}
+	// Round up: the snippet never gets less time than asked for.
+	timeout := int((c.Timeout + time.Second - 1) / time.Second)
+	req := api.ExecuteRequest{Code: code, TimeoutS: &timeout}
+	for _, spec := range c.Files {
+		dst, src, ok := strings.Cut(spec, "=")
+		if !ok {
+			src = dst
+		}
+		if dst == "" || src == "" {
+			return api.ExecuteRequest{}, fmt.Errorf("--input %q: want PATH or PATH=LOCAL", spec)
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return api.ExecuteRequest{}, fmt.Errorf("--input %q: %w", spec, err)
+		}
+		f := api.File{Path: dst, Content: string(b)}
+		if !utf8.Valid(b) {
+			f = api.File{Path: dst, Content: base64.StdEncoding.EncodeToString(b), Encoding: api.EncodingBase64}
+		}
+		req.Files = append(req.Files, f)
+	}
+	return req, nil
+}
+
+// describe says what went wrong in words a CLI user can act on.
+func describe(err error, url string) string {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		msg := fmt.Sprintf("the service refused the request (%d): %s", ce.StatusCode, ce.Message)
+		if ce.RetryAfter > 0 {
+			msg += fmt.Sprintf(" (retry after %s)", ce.RetryAfter)
+		}
+		return msg
+	}
+	return fmt.Sprintf("cannot reach the sandbox service at %s (set --url or SANDBOX_URL): %v", url, err)
+}

@@ -1,9 +1,146 @@
 package modes
 
-import "errors"
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
 
-// ServeCmd is a placeholder until its issue lands.
-type ServeCmd struct{}
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
-// Run reports that the mode is not built yet.
-func (c *ServeCmd) Run(d *Deps) error { return errors.New("serve: not implemented yet") }
+	"github.com/sandboxd/sandbox/local"
+	"github.com/sandboxd/sandbox/server"
+)
+
+// ServeCmd serves the sandbox HTTP API with the local or the Kubernetes
+// backend.
+//
+// The defaults of --max-body and --shutdown-timeout are api.DefaultMaxBody
+// and server.DefaultShutdownTimeout; TestServeDefaults keeps them in step.
+type ServeCmd struct {
+	Backend         string        `enum:"auto,local,kubernetes" default:"auto" env:"SANDBOX_BACKEND" help:"Where executions run: kubernetes (a warm pool of one-use pods), local (processes on this machine; weaker isolation), or auto: kubernetes inside a cluster (KUBERNETES_SERVICE_HOST set), else local."`
+	Listen          string        `default:"127.0.0.1:8080" env:"SANDBOX_LISTEN" help:"Address to serve the API on."`
+	MaxBody         int64         `name:"max-body" default:"1048576" help:"Largest request body in bytes; larger gets 413."`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" default:"70s" help:"On SIGTERM, how long executions in flight may finish before they are cancelled."`
+	LogFormat       string        `name:"log-format" enum:"auto,text,json" default:"auto" env:"SANDBOX_LOG_FORMAT" help:"Log format on stderr: text, json, or auto (json for the kubernetes backend, text for local)."`
+	LogLevel        string        `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least severe log level shown."`
+
+	MaxConcurrent int           `name:"max-concurrent" group:"local" help:"Local backend: executions at once (default 2 per CPU); more wait in a queue."`
+	QueueWait     time.Duration `name:"queue-wait" group:"local" default:"30s" help:"Local backend: how long an execution waits for a free slot before 503."`
+	Isolation     string        `enum:"auto,strict,none" group:"local" default:"auto" help:"Local backend: namespaces (no network, own PIDs) and uid 65534 when root: auto uses them where the host allows, strict refuses to start without them, none turns them off."`
+	Python        string        `group:"local" help:"Local backend: the interpreter (default python3 from the standard PATH)."`
+	MaxOutput     int           `name:"max-output" group:"local" help:"Local backend: bytes kept per stream (default 1 MiB)."`
+	MemoryLimitMB int64         `name:"memory-limit-mb" group:"local" default:"1024" help:"Local backend: each snippet's address-space limit in MiB; 0 for none."`
+
+	KubeFlags `embed:""`
+}
+
+// Run builds the backend and serves until SIGINT or SIGTERM, then drains.
+func (c *ServeCmd) Run(d *Deps) error {
+	backend := c.Backend
+	if backend == "auto" {
+		backend = "local"
+		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			backend = "kubernetes"
+		}
+	}
+	log, err := c.logger(d.Stderr, backend)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var (
+		b       server.Backend
+		cleanup func()
+	)
+	switch backend {
+	case "kubernetes":
+		b, cleanup, err = newKubeBackend(d, &c.KubeFlags)
+	default:
+		b, cleanup, err = c.localBackend(d, log)
+	}
+	if err != nil {
+		return fmt.Errorf("%s backend: %w", backend, err)
+	}
+	// After Run: the server has drained, so no execution uses the backend.
+	defer cleanup()
+
+	srv, err := server.New(server.Options{
+		Backend:         b,
+		Logger:          log,
+		MaxBody:         c.MaxBody,
+		Registry:        reg,
+		Listen:          c.Listen,
+		ShutdownTimeout: c.ShutdownTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("sandbox serve", "version", version, "backend", backend, "listen", c.Listen)
+	return srv.Run(d.Ctx)
+}
+
+func (c *ServeCmd) localBackend(d *Deps, log *slog.Logger) (server.Backend, func(), error) {
+	memory := c.MemoryLimitMB << 20
+	if c.MemoryLimitMB <= 0 {
+		memory = -1
+	}
+	b, err := local.New(d.Ctx, local.Options{
+		Python:        c.Python,
+		MaxConcurrent: c.MaxConcurrent,
+		QueueWait:     c.QueueWait,
+		MaxOutput:     c.MaxOutput,
+		MemoryLimit:   memory,
+		Isolation:     c.Isolation,
+		Logger:        log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() {
+		if err := b.Close(); err != nil {
+			log.Warn("local backend: remove its directory", "error", err.Error())
+		}
+	}, nil
+}
+
+// logger builds the slog logger on stderr.
+func (c *ServeCmd) logger(w io.Writer, backend string) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	format := c.LogFormat
+	if format == "auto" {
+		format = "text"
+		if backend == "kubernetes" {
+			format = "json"
+		}
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// Validate checks the flags kong cannot.
+func (c *ServeCmd) Validate() error {
+	switch {
+	case c.MaxBody < 1:
+		return fmt.Errorf("--max-body %d: must be positive", c.MaxBody)
+	case c.MaxConcurrent < 0:
+		return fmt.Errorf("--max-concurrent %d: must not be negative", c.MaxConcurrent)
+	case c.QueueWait <= 0:
+		return fmt.Errorf("--queue-wait %s: must be positive", c.QueueWait)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout %s: must be positive", c.ShutdownTimeout)
+	case c.MaxOutput < 0:
+		return fmt.Errorf("--max-output %d: must not be negative", c.MaxOutput)
+	}
+	return nil
+}

@@ -1,9 +1,19 @@
 package modes
 
-import "errors"
+import (
+	"fmt"
+	"runtime"
+)
 
-// VersionCmd is a placeholder until its issue lands.
+// version is the release; the Makefile sets it with
+// -ldflags -X github.com/sandboxd/sandbox/modes.version=....
+var version = "dev"
+
+// VersionCmd prints the version.
 type VersionCmd struct{}
 
-// Run reports that the mode is not built yet.
-func (c *VersionCmd) Run(d *Deps) error { return errors.New("version: not implemented yet") }
+// Run prints the version, the Go version and the platform.
+func (c *VersionCmd) Run(d *Deps) error {
+	_, err := fmt.Fprintf(d.Stdout, "sandbox %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return err
+}
