@@ -30,7 +30,7 @@ type ExecCmd struct {
 	Code    string        `short:"c" help:"Python code to run."`
 	Source  string        `arg:"" optional:"" name:"file" help:"File holding the code to run; - reads standard input."`
 	Timeout time.Duration `default:"20s" help:"Time limit of the snippet (whole seconds, at most 60s)."`
-	Files   []string      `name:"input" short:"f" placeholder:"PATH[=LOCAL]" help:"Input file put at PATH in the sandbox's working directory, read from LOCAL (default: PATH). Repeatable."`
+	Files   []string      `name:"file" short:"f" sep:"none" placeholder:"PATH[=LOCAL]" help:"Input file put at PATH in the sandbox's working directory, read from LOCAL (default: PATH). Repeatable."`
 	JSON    bool          `name:"json" help:"Print the result as JSON and exit 0 when the snippet ran, whatever its exit code."`
 }
 
@@ -111,11 +111,11 @@ func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
 			src = dst
 		}
 		if dst == "" || src == "" {
-			return api.ExecuteRequest{}, fmt.Errorf("--input %q: want PATH or PATH=LOCAL", spec)
+			return api.ExecuteRequest{}, fmt.Errorf("--file %q: want PATH or PATH=LOCAL", spec)
 		}
 		b, err := os.ReadFile(src)
 		if err != nil {
-			return api.ExecuteRequest{}, fmt.Errorf("--input %q: %w", spec, err)
+			return api.ExecuteRequest{}, fmt.Errorf("--file %q: %w", spec, err)
 		}
 		f := api.File{Path: dst, Content: string(b)}
 		if !utf8.Valid(b) {

@@ -125,9 +125,9 @@ func TestServeAndExec(t *testing.T) {
 		{"exit code", []string{"-c", "import sys; print('x', file=sys.stderr); sys.exit(3)"}, 3, "", "x\n"},
 		{"uncaught exception", []string{"-c", "1/0"}, 1, "", "ZeroDivisionError"},
 		{"timeout", []string{"--timeout", "1s", "-c", "print('before', flush=True)\nwhile True: pass"}, 124, "before\n", "timed out after 1s"},
-		{"file and input", []string{"--input", "data/in.bin=" + blob, script}, 0, "ff0001\n", ""},
+		{"file and input", []string{"--file", "data/in.bin=" + blob, script}, 0, "ff0001\n", ""},
 		{"bad request", []string{"--timeout", "61s", "-c", "pass"}, 125, "", "the service refused the request (400): timeout_s 61 out of range"},
-		{"bad path", []string{"--input", "../x=" + blob, "-c", "pass"}, 125, "", `refused the request (400): files[0]: file path "../x"`},
+		{"bad path", []string{"--file", "../x=" + blob, "-c", "pass"}, 125, "", `refused the request (400): files[0]: file path "../x"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
