@@ -9,30 +9,42 @@ import (
 
 // boundedBuffer keeps the first and the last bytes written to it and counts
 // what falls in between, in the manner of os/exec's prefixSuffixSaver: memory
-// is fixed at construction whatever the child writes.
+// never exceeds the cap whatever the child writes, and a run that prints
+// little allocates little.
 type boundedBuffer struct {
-	head    []byte // the first len(cap) bytes
-	tail    []byte // ring buffer of the most recent bytes, once head is full
-	tailPos int    // next write position in tail once it is full
-	tailLen int
-	dropped int64
+	headMax  int
+	head     []byte // the first headMax bytes, grown as they come
+	tailSize int
+	tail     []byte // ring buffer of the latest bytes, made when head is full
+	tailPos  int    // next write position in tail
+	tailLen  int
+	dropped  int64
 }
 
 func newBoundedBuffer(max int) *boundedBuffer {
 	h := max / 2
-	return &boundedBuffer{
-		head: make([]byte, 0, h),
-		tail: make([]byte, max-h),
-	}
+	return &boundedBuffer{headMax: h, tailSize: max - h}
 }
 
 // Write never fails, so that the reader keeps draining the pipe.
 func (b *boundedBuffer) Write(p []byte) (int, error) {
 	n := len(p)
-	if room := cap(b.head) - len(b.head); room > 0 {
+	if room := b.headMax - len(b.head); room > 0 {
 		k := min(room, len(p))
+		if cap(b.head)-len(b.head) < k {
+			// Grow by doubling, but never past headMax.
+			grown := make([]byte, len(b.head), min(b.headMax, max(2*cap(b.head), len(b.head)+k, 4096)))
+			copy(grown, b.head)
+			b.head = grown
+		}
 		b.head = append(b.head, p[:k]...)
 		p = p[k:]
+	}
+	if len(p) == 0 {
+		return n, nil
+	}
+	if b.tail == nil {
+		b.tail = make([]byte, b.tailSize)
 	}
 	if len(b.tail) == 0 {
 		b.dropped += int64(len(p))
