@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,10 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	if opts.Exec.Dir == "" {
 		return nil, errors.New("runner: no working directory")
+	}
+	// Fail at start-up, not at the job, when the pod lacks its volume.
+	if fi, err := os.Stat(opts.Exec.Dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("runner: working directory %s is not a directory: %v", opts.Exec.Dir, err)
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = api.DefaultMaxBody
