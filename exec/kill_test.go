@@ -1,8 +1,10 @@
 package exec
 
 import (
+	"context"
 	"errors"
 	"os"
+	osexec "os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -153,4 +155,41 @@ func TestNamespacesTimeout(t *testing.T) {
 	if kids, err := childrenOf(os.Getpid()); err != nil || len(kids) != 0 {
 		t.Errorf("processes left under the runner: %v (%v)", kids, err)
 	}
+}
+
+// TestRunnerDeathKillsChild kills a runner process mid-run and checks that
+// its child dies too.
+func TestRunnerDeathKillsChild(t *testing.T) {
+	if dir := os.Getenv("SANDBOX_PDEATH_HELPER"); dir != "" {
+		Run(context.Background(), Job{Code: "import os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(60)\n", Timeout: time.Minute}, Options{Dir: dir})
+		return
+	}
+	dir := t.TempDir()
+	helper := osexec.Command(os.Args[0], "-test.run=^TestRunnerDeathKillsChild$")
+	helper.Env = append(os.Environ(), "SANDBOX_PDEATH_HELPER="+dir)
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for range 100 {
+		b, _ := os.ReadFile(dir + "/pid")
+		if pid, _ = strconv.Atoi(string(b)); pid != 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	helper.Process.Kill()
+	helper.Wait()
+	if pid == 0 {
+		t.Fatal("the helper's snippet never started")
+	}
+	for range 100 {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return // gone, or a zombie waiting for its new parent
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	t.Errorf("the child %d outlived its runner", pid)
 }

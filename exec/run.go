@@ -145,6 +145,11 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 			Setpgid:    true,
 			Cloneflags: opts.Cloneflags,
 			Credential: opts.Credential,
+			// If the runner dies (the local backend's serve process
+			// crashing), the child dies with it, and with CLONE_NEWPID its
+			// whole namespace. The signal follows the forking thread, and
+			// Go keeps its threads for the life of the process.
+			Pdeathsig: syscall.SIGKILL,
 		},
 	}
 	cgDir, cgV2 := memCgroup()
