@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -34,7 +35,8 @@ const (
 // error it returns is an *Error whose message names the problem: 400 for bad
 // input, 413 when r is an http.MaxBytesReader that hit its limit.
 func Decode(r io.Reader) (exec.Job, error) {
-	dec := json.NewDecoder(r)
+	var raw bytes.Buffer // the body again, for checkKeys; the decoder reads it all anyway
+	dec := json.NewDecoder(io.TeeReader(r, &raw))
 	dec.DisallowUnknownFields()
 	var req ExecuteRequest
 	if err := dec.Decode(&req); err != nil {
@@ -49,7 +51,86 @@ func Decode(r io.Reader) (exec.Job, error) {
 		}
 		return exec.Job{}, decodeError(err)
 	}
+	if err := checkKeys(raw.Bytes()); err != nil {
+		return exec.Job{}, err
+	}
 	return req.Job()
+}
+
+// Field names of the request and of a file, exactly as spelled on the wire.
+var (
+	requestKeys = map[string]bool{"code": true, "timeout_s": true, "files": true}
+	fileKeys    = map[string]bool{"path": true, "content": true, "encoding": true}
+)
+
+// checkKeys refuses what encoding/json lets through: field names in another
+// case ("Code" fills Code) and a field given twice (the last would win).
+// data is known to be one valid JSON value.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	return walkObject(dec, requestKeys, "", func(key string) error {
+		if key != "files" {
+			return nil
+		}
+		if tok, _ := dec.Token(); tok != json.Delim('[') {
+			return nil // null: the struct decode has accepted it
+		}
+		for i := 0; dec.More(); i++ {
+			if err := walkObject(dec, fileKeys, fmt.Sprintf("files[%d].", i), nil); err != nil {
+				return err
+			}
+		}
+		_, err := dec.Token() // ']'
+		return err
+	})
+}
+
+// walkObject reads one value from dec; when it is an object it checks each
+// key against allowed and lets value read the value of the keys it wants
+// (returning nil without reading lets walkObject skip it).
+func walkObject(dec *json.Decoder, allowed map[string]bool, prefix string, value func(key string) error) error {
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return err // null, or a value the struct decode has already refused
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		switch {
+		case !allowed[key]:
+			return Errorf(http.StatusBadRequest, "unknown field %q: field names are lower case: %s", prefix+key, keyList(allowed))
+		case seen[key]:
+			return Errorf(http.StatusBadRequest, "field %q given twice", prefix+key)
+		}
+		seen[key] = true
+		before := dec.InputOffset()
+		if value != nil {
+			if err := value(key); err != nil {
+				return err
+			}
+		}
+		if dec.InputOffset() == before {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = dec.Token() // '}'
+	return err
+}
+
+func keyList(allowed map[string]bool) string {
+	keys := make([]string, 0, len(allowed))
+	for k := range allowed {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ", ")
 }
 
 // Job validates the request and converts it into an exec.Job. Decode calls

@@ -43,6 +43,10 @@ func TestDecodeAccepts(t *testing.T) {
 			exec.Job{Code: "x", Timeout: 20 * time.Second, Files: []exec.File{{Path: "empty", Content: []byte{}}}}},
 		{"empty files list", `{"code":"x","files":[]}`,
 			exec.Job{Code: "x", Timeout: 20 * time.Second}},
+		{"null files and timeout", `{"code":"x","files":null,"timeout_s":null}`,
+			exec.Job{Code: "x", Timeout: 20 * time.Second}},
+		{"nested values are skipped whole", `{"files":[{"content":"{\"path\":1}","path":"a"}],"code":"{}"}`,
+			exec.Job{Code: "{}", Timeout: 20 * time.Second, Files: []exec.File{{Path: "a", Content: []byte(`{"path":1}`)}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +83,10 @@ func TestDecodeRejects(t *testing.T) {
 		{"string body", `"print(1)"`, "must be a JSON object, not string"},
 		{"unknown field", `{"code":"x","timeout":5}`, `unknown field "timeout"`},
 		{"unknown file field", `{"code":"x","files":[{"path":"a","content":"","mode":"0755"}]}`, `unknown field "mode"`},
+		{"field in another case", `{"Code":"x"}`, `unknown field "Code": field names are lower case: code, files, timeout_s`},
+		{"file field in another case", `{"code":"x","files":[{"path":"a","content":""},{"PATH":"b","content":""}]}`, `unknown field "files[1].PATH"`},
+		{"duplicate field", `{"code":"x","timeout_s":5,"code":"y"}`, `field "code" given twice`},
+		{"duplicate file field", `{"code":"x","files":[{"path":"a","path":"b","content":""}]}`, `field "files[0].path" given twice`},
 		{"missing code", `{"timeout_s":5}`, "missing code"},
 		{"empty code", `{"code":""}`, "missing code"},
 		{"null body", `null`, "missing code"},
