@@ -1,6 +1,9 @@
 package exec
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // Options tune how Run starts the child.
 type Options struct {
@@ -47,7 +50,7 @@ const (
 
 	// DefaultTimeout applies when Job.Timeout is zero; it matches the API's
 	// default of 20 seconds.
-	DefaultTimeout = 20e9
+	DefaultTimeout = 20 * time.Second
 )
 
 // defaultPath is the child's PATH: Debian's default, so that python3 and the
