@@ -227,8 +227,11 @@ func (b *Backend) run(ctx context.Context, job exec.Job, flags uintptr, cred *sy
 	}
 	defer b.removeAll(dir)
 	res, err := exec.Run(ctx, job, exec.Options{
-		Python:      b.opts.Python,
-		Dir:         dir,
+		Python: b.opts.Python,
+		Dir:    dir,
+		// Temporary files go to the run's directory, which is removed, not
+		// to the host's /tmp, which later runs would see.
+		Env:         append(exec.DefaultEnv(dir), "TMPDIR="+dir),
 		MaxOutput:   b.opts.MaxOutput,
 		Cloneflags:  flags,
 		Credential:  cred,

@@ -69,17 +69,18 @@ func TestIDsDiffer(t *testing.T) {
 }
 
 // TestFreshDirectory: input files arrive, the directory starts otherwise
-// empty, and it is gone after the run.
+// empty, it is also the temporary directory, and it is gone after the run.
 func TestFreshDirectory(t *testing.T) {
 	b := newBackend(t, Options{})
 	job := sbexec.Job{Timeout: 20 * time.Second, Files: []sbexec.File{{Path: "in/data.txt", Content: []byte("42")}},
-		Code: "import os\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))\nprint(open('in/data.txt').read())\nopen('out.txt','w').write('x')\nos.makedirs('locked/inner')\nos.chmod('locked', 0)\n"}
+		Code: "import os, tempfile\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))\nprint(open('in/data.txt').read())\n" +
+			"print(tempfile.gettempdir() == os.getcwd())\nopen('out.txt','w').write('x')\nos.makedirs('locked/inner')\nos.chmod('locked', 0)\n"}
 	res, err := b.Execute(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-	if res.ExitCode != 0 || len(lines) != 3 || lines[1] != "['in']" || lines[2] != "42" {
+	if res.ExitCode != 0 || len(lines) != 4 || lines[1] != "['in']" || lines[2] != "42" || lines[3] != "True" {
 		t.Fatalf("result = %+v", res)
 	}
 	if _, err := os.Stat(lines[0]); !errors.Is(err, os.ErrNotExist) {
