@@ -20,6 +20,7 @@ type VerifyCmd struct {
 	Image          string   `help:"Image of verify's canary and control pods (needs python3); default: the service's own image."`
 	MetadataAddr   string   `default:"169.254.169.254:80" help:"Metadata service (or its stand-in) as host:port answering HTTP; empty skips it. Never a real outside address in tests."`
 	InternetAddr   string   `default:"198.51.100.10:80" help:"An 'internet' stand-in as host:port answering HTTP; empty skips it."`
+	StandinToken   string   `help:"Text the stand-ins' answers must contain for the control's reach to count (the e2e stand-ins answer sandbox-canary); empty accepts any HTTP answer."`
 	ClusterDomain  string   `default:"cluster.local" help:"Cluster DNS domain."`
 	RuntimeClass   string   `help:"runtimeClassName snippet pods must carry (empty: none configured)."`
 	MemoryLimit    string   `default:"512Mi" help:"Memory limit snippet pods must carry."`
