@@ -40,7 +40,8 @@ cached() {
 		return 0
 	fi
 	local tmp="$dir.tmp.$$"
-	rm -rf "$tmp" && mkdir -p "$tmp"
+	rm -rf "$dir".tmp.* && mkdir -p "$tmp" # and what an interrupted build left
+
 	step "build $name (${SETS[$name]})" "$fn" "$tmp"
 	touch "$tmp/.done"
 	rm -rf "$dir" && mv "$tmp" "$dir"
