@@ -2,6 +2,7 @@ package kindenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -54,11 +55,15 @@ func (e *Env) Host(ctx context.Context) error {
 	return e.Phase("host setup", func() error { return e.scripts().HostSetup(ctx) })
 }
 
-// Images builds or finds cached binaries, the node image and the sandbox image.
+// Images builds or finds cached binaries, the node image and the sandbox
+// image. The Debian root filesystems download while the binaries compile.
 func (e *Env) Images(ctx context.Context) error {
-	if err := e.Phase("binaries", func() (err error) {
+	if err := e.Phase("binaries and root filesystems", func() error {
+		rootfs := make(chan error, 1)
+		go func() { rootfs <- e.scripts().RootFilesystems(ctx) }()
+		var err error
 		e.Bins, err = e.scripts().Binaries(ctx)
-		return err
+		return errors.Join(err, <-rootfs)
 	}); err != nil {
 		return err
 	}
@@ -69,8 +74,14 @@ func (e *Env) Images(ctx context.Context) error {
 		return err
 	}
 	return e.Phase("sandbox image", func() error {
+		// SANDBOX_E2E_SANDBOX_BIN names a prebuilt binary to use instead of
+		// building bin/sandbox from this tree.
+		if bin := os.Getenv("SANDBOX_E2E_SANDBOX_BIN"); bin != "" {
+			e.SandboxBin = bin
+			return e.scripts().SandboxImage(ctx, bin)
+		}
 		e.SandboxBin = filepath.Join(e.Root, "bin", "sandbox")
-		return e.scripts().SandboxImage(ctx)
+		return e.scripts().SandboxImage(ctx, "")
 	})
 }
 

@@ -58,6 +58,12 @@ func (s Scripts) Binaries(ctx context.Context) (map[string]string, error) {
 	return sets, nil
 }
 
+// RootFilesystems debootstraps (or finds cached) the Debian root filesystems.
+func (s Scripts) RootFilesystems(ctx context.Context) error {
+	_, err := s.run(ctx, 30*time.Minute, "rootfs.sh")
+	return err
+}
+
 // NodeImage builds (or finds cached) the kind node image and returns its name.
 func (s Scripts) NodeImage(ctx context.Context) (string, error) {
 	out, err := s.run(ctx, 90*time.Minute, "node-image.sh")
@@ -68,8 +74,13 @@ func (s Scripts) NodeImage(ctx context.Context) (string, error) {
 	return lines[len(lines)-1], nil
 }
 
-// SandboxImage builds the sandbox image (sandbox:dev) from the current source.
-func (s Scripts) SandboxImage(ctx context.Context) error {
-	_, err := s.run(ctx, 15*time.Minute, "sandbox-image.sh")
+// SandboxImage builds the sandbox image (sandbox:dev) around bin, or around
+// bin/sandbox built from the current source when bin is empty.
+func (s Scripts) SandboxImage(ctx context.Context, bin string) error {
+	args := []string{}
+	if bin != "" {
+		args = append(args, bin)
+	}
+	_, err := s.run(ctx, 15*time.Minute, "sandbox-image.sh", args...)
 	return err
 }
