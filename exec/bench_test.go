@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"os"
 	osexec "os/exec"
 	"slices"
 	"testing"
@@ -40,4 +41,36 @@ func medianOf(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkPreamble measures what setting the limits in Python costs: the
+// child's exact command line against bare python3 -c 'print(1)', interleaved.
+func BenchmarkPreamble(b *testing.B) {
+	python, err := findPython("", nil)
+	if err != nil {
+		b.Skip(err)
+	}
+	snippet, err := writeSnippet("print(1)", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.Remove(snippet)
+	args := pythonArgs(Options{}, snippet)
+	var tp, tr []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if out, err := osexec.Command(python, "-c", "print(1)").Output(); err != nil || string(out) != "1\n" {
+			b.Fatalf("python: %v %q", err, out)
+		}
+		t1 := time.Now()
+		if out, err := osexec.Command(python, args...).Output(); err != nil || string(out) != "1\n" {
+			b.Fatalf("preamble: %v %q", err, out)
+		}
+		tp = append(tp, t1.Sub(t0))
+		tr = append(tr, time.Since(t1))
+	}
+	mp, mr := medianOf(tp), medianOf(tr)
+	b.ReportMetric(float64(mp.Nanoseconds()), "python-median-ns")
+	b.ReportMetric(float64(mr.Nanoseconds()), "preamble-median-ns")
+	b.ReportMetric(float64((mr - mp).Nanoseconds()), "overhead-median-ns")
 }
