@@ -1,6 +1,7 @@
 // Package local is the backend that runs each execution as a process on
 // this machine: a fresh temporary directory, exec.Run, and Linux namespaces
-// and a non-root uid where the host allows them.
+// where the host allows them (with uid 65534 when we are root, inside a user
+// namespace of its own when we are not).
 //
 // It is weaker than the Kubernetes backend, and says so: the child shares
 // the host's kernel, filesystem (read access as its uid allows) and, without
@@ -158,6 +159,12 @@ func (b *Backend) chooseIsolation(ctx context.Context) error {
 		cred  *syscall.Credential
 	}
 	attempts := []attempt{{namespaces, cred}}
+	if cred == nil {
+		// Not root: only a user namespace of our own lets us create the
+		// others. Left without a uid map, the child is the overflow uid
+		// (65534) inside and still us on disk, so it can use its directory.
+		attempts = []attempt{{namespaces | syscall.CLONE_NEWUSER, nil}}
+	}
 	if b.opts.Isolation == IsolationAuto && cred != nil {
 		attempts = append(attempts, attempt{0, cred})
 	}
@@ -183,6 +190,7 @@ func (b *Backend) chooseIsolation(ctx context.Context) error {
 	}
 	log.Info("local backend ready",
 		"namespaces", b.cloneflags != 0,
+		"user_namespace", b.cloneflags&syscall.CLONE_NEWUSER != 0,
 		"network", map[bool]string{true: "none", false: "host"}[b.cloneflags != 0],
 		"uid", uid,
 		"max_concurrent", b.opts.MaxConcurrent,
