@@ -17,11 +17,11 @@ import (
 	"github.com/sandboxd/sandbox/server"
 )
 
-// BenchmarkExecute measures POST /v1/execute of print(1) against the local
+// BenchmarkLocalAPI measures POST /v1/execute of print(1) against the local
 // backend with its default settings, on a real 127.0.0.1 listener, with 1
 // and 8 requests in flight. ns/op is wall time per request (the inverse of
 // throughput); p50-ns and p90-ns are the latency one request sees.
-func BenchmarkExecute(b *testing.B) {
+func BenchmarkLocalAPI(b *testing.B) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		b.Skip("no /usr/bin/python3")
 	}
