@@ -85,3 +85,38 @@ func TestFloodMemory(t *testing.T) {
 		t.Errorf("the head of stdout is lost")
 	}
 }
+
+// FuzzBoundedBuffer checks, for any output and any way of splitting it into
+// writes, that the buffer keeps exactly the head and the tail, counts the
+// rest, and yields valid UTF-8.
+func FuzzBoundedBuffer(f *testing.F) {
+	f.Add([]byte("hello, world"), uint8(5), uint8(3))
+	f.Add([]byte("caf\xc3\xa9 \xff\xfe \xe2\x82\xac"), uint8(6), uint8(1))
+	f.Add(bytes.Repeat([]byte("é"), 50), uint8(9), uint8(7))
+	f.Fuzz(func(t *testing.T, data []byte, max, chunk uint8) {
+		if max == 0 {
+			max = 1
+		}
+		b := newBoundedBuffer(int(max))
+		for p := data; len(p) > 0; {
+			k := min(len(p), int(chunk)+1)
+			b.Write(p[:k])
+			p = p[k:]
+		}
+		s := b.String("stdout")
+		if !utf8.ValidString(s) {
+			t.Fatalf("invalid UTF-8: %q", s)
+		}
+		if over := len(data) - int(max); over > 0 {
+			if b.dropped != int64(over) || !b.truncated() {
+				t.Fatalf("dropped %d, want %d", b.dropped, over)
+			}
+			h := int(max) / 2
+			if !bytes.Equal(b.head, data[:h]) {
+				t.Fatalf("head %q, want %q", b.head, data[:h])
+			}
+		} else if b.truncated() || s != validUTF8(string(data)) {
+			t.Fatalf("got %q from %q under the cap", s, data)
+		}
+	})
+}
