@@ -166,7 +166,8 @@ func TestRunnerDeathKillsChild(t *testing.T) {
 	}
 	dir := t.TempDir()
 	helper := osexec.Command(os.Args[0], "-test.run=^TestRunnerDeathKillsChild$")
-	helper.Env = append(os.Environ(), "SANDBOX_PDEATH_HELPER="+dir)
+	// The killed helper cannot remove its snippet file; keep it in ours.
+	helper.Env = append(os.Environ(), "SANDBOX_PDEATH_HELPER="+dir, "TMPDIR="+t.TempDir())
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}
