@@ -66,6 +66,11 @@ type PodOptions struct {
 	RuntimeClass string // "" keeps the cluster default (runc)
 	RunnerPort   int32  // 0 means DefaultRunnerPort
 	Owner        Owner
+	// CPURequest, when set, lowers the pod's CPU request below its 1-CPU
+	// limit. The default (requests = limits, Guaranteed QoS) reserves a
+	// whole CPU per warm pod, which a small node cannot hold: on a 2-CPU kind
+	// node only one sandbox pod fits beside the control plane.
+	CPURequest string
 
 	// RunnerArgs are appended to the runner's arguments. verify's negative
 	// tests use it to weaken the runner; the manifests never set it.
@@ -79,6 +84,22 @@ type PodOptions struct {
 
 // UnsafeRootToken is the only Unsafe mode: uid 0 and a mounted token.
 const UnsafeRootToken = "root-token"
+
+// ValidateCPURequest checks a CPURequest: a quantity above zero and not
+// above the limit.
+func ValidateCPURequest(q string) error {
+	if q == "" {
+		return nil
+	}
+	v, err := resource.ParseQuantity(q)
+	if err != nil {
+		return fmt.Errorf("cpu request %q: %w", q, err)
+	}
+	if v.Sign() <= 0 || v.Cmp(resource.MustParse(SnippetCPU)) > 0 {
+		return fmt.Errorf("cpu request %q: must be above 0 and at most the %s CPU limit", q, SnippetCPU)
+	}
+	return nil
+}
 
 // ValidateUnsafe checks an Unsafe mode name.
 func ValidateUnsafe(mode string) error {
@@ -169,7 +190,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 					SuccessThreshold:    1,
 					FailureThreshold:    1,
 				},
-				Resources: corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+				Resources: corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot:             &nonRoot,
 					RunAsUser:                &uid,
@@ -227,3 +248,13 @@ func PodName() string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// requests are the limits, with the CPU request lowered when asked (an
+// invalid one, which ValidateCPURequest refuses earlier, is ignored).
+func requests(limits corev1.ResourceList, cpu string) corev1.ResourceList {
+	r := limits.DeepCopy()
+	if q, err := resource.ParseQuantity(cpu); cpu != "" && err == nil {
+		r[corev1.ResourceCPU] = q
+	}
+	return r
+}

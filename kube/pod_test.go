@@ -257,3 +257,27 @@ func TestSnippetPodUnsafeForVerify(t *testing.T) {
 		t.Errorf("unsafe mode weakened more than asked: %+v", sc)
 	}
 }
+
+func TestSnippetPodCPURequest(t *testing.T) {
+	pod := testPod(PodOptions{CPURequest: "100m"})
+	r := pod.Spec.Containers[0].Resources
+	if cpu := r.Requests[corev1.ResourceCPU]; cpu.String() != "100m" {
+		t.Errorf("cpu request %s", cpu.String())
+	}
+	if cpu := r.Limits[corev1.ResourceCPU]; cpu.String() != "1" {
+		t.Errorf("cpu limit %s", cpu.String())
+	}
+	if m := r.Requests[corev1.ResourceMemory]; m.String() != SnippetMemory {
+		t.Errorf("memory request %s", m.String())
+	}
+	for _, bad := range []string{"2", "0", "-1", "lots"} {
+		if ValidateCPURequest(bad) == nil {
+			t.Errorf("cpu request %q accepted", bad)
+		}
+	}
+	for _, ok := range []string{"", "100m", "1", "0.5"} {
+		if err := ValidateCPURequest(ok); err != nil {
+			t.Errorf("cpu request %q: %v", ok, err)
+		}
+	}
+}

@@ -25,6 +25,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sandboxd/sandbox/kube"
 )
 
 //go:embed kustomization.yaml *.yaml
@@ -56,6 +58,7 @@ type Options struct {
 	Image          string   // the service's and the sandbox pods' image
 	PoolSize       int      // warm pods the service keeps
 	RuntimeClass   string   // runtimeClassName of sandbox pods, e.g. gvisor
+	PodCPURequest  string   // CPU request of sandbox pods ("" = their 1-CPU limit)
 	APIServerCIDRs []string // where the service may reach the API server
 }
 
@@ -82,6 +85,9 @@ func (o *Options) defaults() error {
 		if errs := validation.IsDNS1123Subdomain(o.RuntimeClass); len(errs) > 0 {
 			return fmt.Errorf("runtime class %q: %v", o.RuntimeClass, errs)
 		}
+	}
+	if err := kube.ValidateCPURequest(o.PodCPURequest); err != nil {
+		return err
 	}
 	for _, c := range o.APIServerCIDRs {
 		if _, _, err := net.ParseCIDR(c); err != nil {
@@ -224,9 +230,10 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 		}
 		c.Image = o.Image
 		set := map[string]string{
-			"SANDBOX_IMAGE":         o.Image,
-			"SANDBOX_POOL_SIZE":     strconv.Itoa(o.PoolSize),
-			"SANDBOX_RUNTIME_CLASS": o.RuntimeClass,
+			"SANDBOX_IMAGE":           o.Image,
+			"SANDBOX_POOL_SIZE":       strconv.Itoa(o.PoolSize),
+			"SANDBOX_RUNTIME_CLASS":   o.RuntimeClass,
+			"SANDBOX_POD_CPU_REQUEST": o.PodCPURequest,
 		}
 		for j := range c.Env {
 			if v, ok := set[c.Env[j].Name]; ok {
@@ -251,6 +258,9 @@ func fillServePolicy(np *networkingv1.NetworkPolicy, o Options) error {
 			continue
 		}
 		rule.To = nil
+		if err := kube.ValidateCPURequest(o.PodCPURequest); err != nil {
+			return err
+		}
 		for _, c := range o.APIServerCIDRs {
 			rule.To = append(rule.To, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
 		}

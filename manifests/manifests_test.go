@@ -121,7 +121,7 @@ func TestKustomizationListsEveryFile(t *testing.T) {
 }
 
 func TestOptionsApply(t *testing.T) {
-	o := Options{Namespace: "sb", Image: "reg.example/sandbox:v1", PoolSize: 7, RuntimeClass: "gvisor", APIServerCIDRs: []string{"192.0.2.10/32", "10.0.0.1/32"}}
+	o := Options{Namespace: "sb", Image: "reg.example/sandbox:v1", PoolSize: 7, RuntimeClass: "gvisor", PodCPURequest: "100m", APIServerCIDRs: []string{"192.0.2.10/32", "10.0.0.1/32"}}
 	m := mustObjects(t, o)
 	if _, ok := m["Namespace/sb"]; !ok {
 		t.Fatal("no Namespace sb")
@@ -140,7 +140,7 @@ func TestOptionsApply(t *testing.T) {
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
 	}
-	if c.Image != o.Image || env["SANDBOX_IMAGE"] != o.Image || env["SANDBOX_POOL_SIZE"] != "7" || env["SANDBOX_RUNTIME_CLASS"] != "gvisor" {
+	if c.Image != o.Image || env["SANDBOX_IMAGE"] != o.Image || env["SANDBOX_POOL_SIZE"] != "7" || env["SANDBOX_RUNTIME_CLASS"] != "gvisor" || env["SANDBOX_POD_CPU_REQUEST"] != "100m" {
 		t.Errorf("image %s env %v", c.Image, env)
 	}
 	np := m["NetworkPolicy/sandbox-serve"].(*networkingv1.NetworkPolicy)
@@ -159,6 +159,7 @@ func TestOptionsRejected(t *testing.T) {
 		"cidr":          {APIServerCIDRs: []string{"10.0.0.1"}},
 		"pool size":     {PoolSize: -1},
 		"runtime class": {RuntimeClass: "G Visor"},
+		"cpu request":   {PodCPURequest: "3"},
 	} {
 		if _, err := Render(o); err == nil {
 			t.Errorf("%s: accepted %+v", name, o)

@@ -13,6 +13,7 @@ type ManifestsCmd struct {
 	Namespace      string   `default:"sandbox" help:"Namespace to deploy into (created, with Pod Security restricted)."`
 	PoolSize       int      `name:"pool-size" default:"3" help:"Warm sandbox pods the service keeps Ready."`
 	RuntimeClass   string   `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
+	PodCPURequest  string   `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their 1-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
 	APIServerCIDRs []string `name:"api-server-cidr" default:"10.96.0.1/32,172.16.0.0/12" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
 }
 
@@ -23,6 +24,7 @@ func (c *ManifestsCmd) Run(d *Deps) error {
 		Image:          c.Image,
 		PoolSize:       c.PoolSize,
 		RuntimeClass:   c.RuntimeClass,
+		PodCPURequest:  c.PodCPURequest,
 		APIServerCIDRs: c.APIServerCIDRs,
 	})
 	if err != nil {

@@ -9,13 +9,13 @@ import (
 func TestManifestsMode(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := Main([]string{"manifests", "--image", "reg.example/sandbox:v2", "--namespace", "sb", "--pool-size", "5",
-		"--runtime-class", "gvisor", "--api-server-cidr", "192.0.2.1/32,198.51.100.0/24"}, &out, &errb)
+		"--runtime-class", "gvisor", "--pod-cpu-request", "250m", "--api-server-cidr", "192.0.2.1/32,198.51.100.0/24"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	s := out.String()
 	for _, want := range []string{
-		"kind: Namespace", "name: sb\n", "image: reg.example/sandbox:v2", "value: \"5\"", "value: gvisor",
+		"kind: Namespace", "name: sb\n", "image: reg.example/sandbox:v2", "value: \"5\"", "value: gvisor", "value: 250m",
 		"cidr: 192.0.2.1/32", "cidr: 198.51.100.0/24", "kind: NetworkPolicy", "kind: Role\n",
 	} {
 		if !strings.Contains(s, want) {
@@ -45,6 +45,7 @@ func TestNewKubeBackendValidates(t *testing.T) {
 		"runner port": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 70000},
 		"image":       {PoolSize: 1, PoolWait: 1, RunnerPort: 8080},
 		"unsafe":      {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, UnsafePodSpec: "everything"},
+		"cpu request": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, CPURequest: "4"},
 	} {
 		if _, _, err := newKubeBackend(d, &f); err == nil {
 			t.Errorf("%s: accepted %+v", name, f)

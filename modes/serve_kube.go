@@ -24,6 +24,7 @@ type KubeFlags struct {
 	PoolWait     time.Duration `name:"pool-wait" default:"30s" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
 	RuntimeClass string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
 	RunnerPort   int           `name:"runner-port" default:"8080" help:"Port of the runner in sandbox pods."`
+	CPURequest   string        `name:"pod-cpu-request" env:"SANDBOX_POD_CPU_REQUEST" help:"CPU request of sandbox pods, below their 1-CPU limit (default: equal to it). Lower it on small nodes so the warm pool fits."`
 	PodName      string        `name:"pod-name" env:"POD_NAME" help:"This serve pod's name (downward API): the owner of the sandbox pods (default: the host name)."`
 	PodUID       string        `name:"pod-uid" env:"POD_UID" help:"This serve pod's UID (downward API): sandbox pods get an ownerReference to it."`
 	Kubeconfig   string        `type:"path" help:"Kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)."`
@@ -49,6 +50,9 @@ func newKubeBackend(d *Deps, f *KubeFlags) (server.Backend, func(), error) {
 		return nil, nil, fmt.Errorf("--runner-port %d: not a port", f.RunnerPort)
 	case f.Image == "":
 		return nil, nil, errors.New("--image: required")
+	}
+	if err := kube.ValidateCPURequest(f.CPURequest); err != nil {
+		return nil, nil, fmt.Errorf("--pod-cpu-request: %w", err)
 	}
 	if err := kube.ValidateUnsafe(f.UnsafePodSpec); err != nil {
 		return nil, nil, fmt.Errorf("--unsafe-pod-spec: %w", err)
@@ -80,6 +84,7 @@ func newKubeBackend(d *Deps, f *KubeFlags) (server.Backend, func(), error) {
 			RuntimeClass: f.RuntimeClass,
 			RunnerPort:   int32(f.RunnerPort),
 			Owner:        owner,
+			CPURequest:   f.CPURequest,
 			RunnerArgs:   f.RunnerArgs,
 			Unsafe:       f.UnsafePodSpec,
 		},
