@@ -7,9 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/sandboxd/sandbox/local"
 	"github.com/sandboxd/sandbox/server"
 )
@@ -50,9 +47,6 @@ func (c *ServeCmd) Run(d *Deps) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
 	var (
 		b       server.Backend
 		cleanup func()
@@ -73,7 +67,6 @@ func (c *ServeCmd) Run(d *Deps) error {
 		Backend:         b,
 		Logger:          log,
 		MaxBody:         c.MaxBody,
-		Registry:        reg,
 		Listen:          c.Listen,
 		ShutdownTimeout: c.ShutdownTimeout,
 	})

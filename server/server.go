@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sandboxd/sandbox/api"
 )
@@ -43,7 +44,8 @@ type Options struct {
 	// MaxBody bounds a request body; 0 means api.DefaultMaxBody.
 	MaxBody int64
 	// Registry holds the server's metrics and is what /metrics serves;
-	// backends register theirs on it too. nil means a fresh registry.
+	// backends register theirs on it too. nil means a fresh registry with
+	// the Go runtime and process collectors (process_resident_memory_bytes...).
 	Registry *prometheus.Registry
 	// Listen is the TCP address Run binds, e.g. "127.0.0.1:8080".
 	Listen string
@@ -93,6 +95,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	log := opts.Logger
 	if log == nil {

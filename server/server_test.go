@@ -262,6 +262,8 @@ func TestMetrics(t *testing.T) {
 		`sandbox_execution_duration_seconds_count 2`,
 		`sandbox_executions_in_flight 0`,
 		`fake_backend_total 0`,
+		`process_resident_memory_bytes `,
+		`go_goroutines `,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
