@@ -52,6 +52,10 @@ func Decode(r io.Reader) (exec.Job, error) {
 		return exec.Job{}, decodeError(err)
 	}
 	if err := checkKeys(raw.Bytes()); err != nil {
+		var ae *Error
+		if !errors.As(err, &ae) {
+			err = decodeError(err) // not expected: the body has just parsed
+		}
 		return exec.Job{}, err
 	}
 	return req.Job()
