@@ -231,7 +231,7 @@ def run_target(t, out):
         out["attempts"] += 1
         a0 = time.monotonic()
         try:
-            r = ATTEMPT[t["kind"]](t, max(0.2, min(2.0, deadline - a0)))
+            r = ATTEMPT[t["kind"]](t, max(0.2, min(float(t.get("attempt_s", 1.0)), deadline - a0)))
         except Exception as e:  # noqa: BLE001 (every failure is evidence)
             r = {"error": errstr(e)}
         if r.get("error"):

@@ -6,9 +6,11 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sandboxd/sandbox/netsec"
 )
@@ -50,7 +52,7 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	if err != nil {
 		return []Result{result("network/fixtures", "12", Inconclusive, "canary and control pods not ready, no network verdict possible: %v", err)}
 	}
-	targets, notes := e.networkTargets(ctx, fx)
+	targets, missing := e.networkTargets(ctx, fx)
 	run := &netRun{targets: targets, control: map[string]*netsec.Outcome{}}
 	e.network = run
 
@@ -99,10 +101,9 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	}
 	run.sbErr = err
 	out := judgeNetwork(run)
-	if len(notes) > 0 {
-		for i := range out {
-			out[i].Evidence += "; " + strings.Join(notes, "; ")
-		}
+	// A target that could not be found is reported, never left out.
+	for _, m := range missing {
+		out = append(out, result(m.check, "13", Inconclusive, "not probed: %s", m.why))
 	}
 	return out
 }
@@ -201,9 +202,12 @@ func judgeBlockedGroup(name, probe string, ts []netTarget, run *netRun, evidence
 
 // networkTargets discovers the addresses; what cannot be found becomes a
 // note, and the check for it is missing from the report rather than passed.
-func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []string) {
+func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []missingTarget) {
 	var ts []netTarget
-	var notes []string
+	var missing []missingTarget
+	miss := func(check, format string, args ...any) {
+		missing = append(missing, missingTarget{check, fmt.Sprintf(format, args...)})
+	}
 	add := func(check, probe string, allowed bool, t netsec.Target) {
 		if t.Name == "" {
 			t.Name = check
@@ -218,9 +222,12 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 	if svc, err := e.cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err == nil && len(svc.Spec.Ports) > 0 {
 		add("network/apiserver-service", "13", false, netsec.Target{Kind: netsec.TCP, Host: svc.Spec.ClusterIP, Port: int(svc.Spec.Ports[0].Port)})
 	} else {
-		notes = append(notes, fmt.Sprintf("service default/kubernetes not found: %v", err))
+		miss("network/apiserver-service", "service default/kubernetes not found: %v", err)
 	}
-	if eps, err := e.cs.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"}); err == nil {
+	eps, err := e.cs.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+	if err != nil {
+		miss("network/apiserver-endpoint", "list the kubernetes EndpointSlices: %v", err)
+	} else {
 		i := 0
 		for _, s := range eps.Items {
 			port := 6443
@@ -237,7 +244,10 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 			}
 		}
 	}
-	if nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		miss("network/kubelet", "list nodes: %v", err)
+	} else {
 		i := 0
 		for _, n := range nodes.Items {
 			for _, a := range n.Status.Addresses {
@@ -252,18 +262,18 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 			}
 		}
 	}
-	if pods, err := e.cs.CoreV1().Pods(e.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: snippetSelector}); err == nil {
-		i := 0
-		for _, p := range pods.Items {
-			if podReady(&p) && p.Status.PodIP != "" && i < maxPerGroup {
-				ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("other-sandbox#%d", i), Kind: netsec.HTTP, Host: p.Status.PodIP,
-					Port: runnerPort(&p), Path: "/healthz", SkipSelf: true}, check: "network/other-sandbox-runner", probe: "13", viaServe: true})
-				i++
-			}
+	// Another sandbox's runner: wait until the pool has two Ready pods, one
+	// to run the probe and one to aim at (the probe skips its own address).
+	pods := e.readySnippetPods(ctx, 2)
+	for i, p := range pods {
+		if i == maxPerGroup {
+			break
 		}
-		if i == 0 {
-			notes = append(notes, "no Ready snippet pod to aim the runner-port probe at")
-		}
+		ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("other-sandbox#%d", i), Kind: netsec.HTTP, Host: p.Status.PodIP,
+			Port: runnerPort(&p), Path: "/healthz", SkipSelf: true}, check: "network/other-sandbox-runner", probe: "13", viaServe: true})
+	}
+	if len(pods) == 0 {
+		miss("network/other-sandbox-runner", "no Ready snippet pod to aim at within %s", warmPodWait)
 	}
 	for _, sa := range []struct{ check, addr string }{{"network/internet-standin", e.opts.InternetAddr}, {"network/metadata-standin", e.opts.MetadataAddr}} {
 		if sa.addr == "" {
@@ -271,7 +281,7 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 		}
 		host, port, err := splitHostPort(sa.addr)
 		if err != nil {
-			notes = append(notes, fmt.Sprintf("%s: %v", sa.check, err))
+			miss(sa.check, "%v", err)
 			continue
 		}
 		add(sa.check, "13", false, netsec.Target{Kind: netsec.HTTP, Host: host, Port: port, Token: e.opts.StandinToken})
@@ -287,7 +297,41 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 	add("network/dns-other-resolver-pod-tcp", "15", false, netsec.Target{Kind: netsec.DNSTCP, Host: fx.CanaryIP, Port: netsec.CanaryDNSPort, QName: qname})
 	add("network/dns-other-resolver-service-udp", "15", false, netsec.Target{Kind: netsec.DNSUDP, Host: fx.ServiceIP, Port: netsec.CanaryDNSPort, QName: qname})
 	add("network/dns-other-resolver-service-tcp", "15", false, netsec.Target{Kind: netsec.DNSTCP, Host: fx.ServiceIP, Port: netsec.CanaryDNSPort, QName: qname})
-	return ts, notes
+	if len(ts) > 0 && !hasCheck(ts, "network/apiserver-endpoint") && err == nil {
+		miss("network/apiserver-endpoint", "the kubernetes EndpointSlices list no address")
+	}
+	return ts, missing
+}
+
+type missingTarget struct{ check, why string }
+
+func hasCheck(ts []netTarget, check string) bool {
+	for _, t := range ts {
+		if t.check == check {
+			return true
+		}
+	}
+	return false
+}
+
+// readySnippetPods waits up to warmPodWait for at least n Ready snippet
+// pods and returns those it has then (maybe fewer).
+func (e *env) readySnippetPods(ctx context.Context, n int) []corev1.Pod {
+	var ready []corev1.Pod
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, warmPodWait, true, func(ctx context.Context) (bool, error) {
+		pods, err := e.cs.CoreV1().Pods(e.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: snippetSelector})
+		if err != nil {
+			return false, nil //nolint:nilerr // retry until the deadline
+		}
+		ready = ready[:0]
+		for _, p := range pods.Items {
+			if podReady(&p) && p.Status.PodIP != "" && p.Labels[labelClaimedBy] == "" {
+				ready = append(ready, p)
+			}
+		}
+		return len(ready) >= n, nil
+	})
+	return ready
 }
 
 func runnerPort(p *corev1.Pod) int {

@@ -17,6 +17,8 @@ import (
 // Labels of the snippet pods, from the contract.
 const (
 	snippetSelector = "app.kubernetes.io/name=sandbox-runner,sandbox.dev/kind=snippet"
+	// labelClaimedBy is set by the pool when a request takes a pod.
+	labelClaimedBy = "sandbox.dev/claimed-by"
 )
 
 // seenPod is what the watch learnt about one snippet pod.
@@ -26,6 +28,7 @@ type seenPod struct {
 	Node    string
 	IP      string
 	Created time.Time
+	Claimed time.Time // when the watch first saw the claim label
 	Deleted time.Time // when the watch saw it go; zero while it exists
 }
 
@@ -86,6 +89,9 @@ func (w *podWatch) saw(o any, deleted bool) {
 	if p.Status.PodIP != "" {
 		s.IP = p.Status.PodIP
 	}
+	if p.Labels[labelClaimedBy] != "" && s.Claimed.IsZero() {
+		s.Claimed = time.Now()
+	}
 	if deleted && s.Deleted.IsZero() {
 		s.Deleted = time.Now()
 	}
@@ -117,16 +123,16 @@ func (w *podWatch) WaitDeleted(ctx context.Context, name string) (time.Time, err
 	}
 }
 
-// Deletions counts the pods seen deleted since t.
-func (w *podWatch) Deletions(since time.Time) int {
+// Claims counts the pods seen claimed since t; -1 without a watch.
+func (w *podWatch) Claims(since time.Time) int {
 	if w == nil {
-		return 0
+		return -1
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
 	for _, s := range w.pods {
-		if !s.Deleted.IsZero() && s.Deleted.After(since) {
+		if !s.Claimed.IsZero() && s.Claimed.After(since) {
 			n++
 		}
 	}
