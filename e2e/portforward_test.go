@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	"sigs.k8s.io/e2e-framework/klient/wait"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
@@ -44,19 +46,26 @@ func forwardToService(ctx context.Context, t *testing.T, cfg *envconf.Config) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		t.Fatalf("list service pods: %v", err)
-	}
+	// The serve pod is not Ready while its pool has no warm pod (it is
+	// refilling after earlier tests): wait for one rather than fail.
 	var pod string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && podReady(p) {
-			pod = p.Name
-			break
+	var seen int
+	err = wait.For(func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return false, err
 		}
-	}
-	if pod == "" {
-		t.Fatalf("no Ready pod of deployment %s (%d pods)", kindenv.Deployment, len(pods.Items))
+		seen = len(pods.Items)
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && podReady(p) {
+				pod = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	}, wait.WithContext(ctx), wait.WithTimeout(3*time.Minute), wait.WithInterval(time.Second))
+	if err != nil {
+		t.Fatalf("no Ready pod of deployment %s (%d pods): %v", kindenv.Deployment, seen, err)
 	}
 
 	transport, upgrader, err := spdy.RoundTripperFor(r.GetConfig())

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -144,7 +143,7 @@ func TestTimeout(t *testing.T) {
 			if !strings.Contains(res.Stdout, "started") {
 				t.Fatalf("the snippet never ran: stdout %q", res.Stdout)
 			}
-			t.Log(fmt.Sprintf("timed out as asked; request took %s, duration_ms %d", took.Round(time.Millisecond), res.DurationMS))
+			t.Logf("timed out as asked; request took %s, duration_ms %d", took.Round(time.Millisecond), res.DurationMS)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
