@@ -101,14 +101,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	job, err := api.Decode(body)
 	if err != nil {
 		e.err = err
-		e.status, e.outcome = s.writeErr(w, r.Context(), err)
+		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
 	e.job, e.reached = job, true
 	res, err := s.opts.Backend.Execute(r.Context(), job)
 	if err != nil {
 		e.err = err
-		e.status, e.outcome = s.writeErr(w, r.Context(), err)
+		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
 	e.result, e.status = res, http.StatusOK
@@ -127,9 +127,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 
 // writeErr answers err and returns the status and outcome. An *api.Error
 // chooses the status (and Retry-After); anything else is a 500 naming it.
-func (s *Server) writeErr(w http.ResponseWriter, ctx context.Context, err error) (int, string) {
+func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error) (int, string) {
 	var ae *api.Error
-	if errors.As(err, &ae) {
+	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status <= 599 {
 		if ae.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
 		}

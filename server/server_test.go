@@ -176,6 +176,8 @@ func TestErrors(t *testing.T) {
 		{name: "backend bad request", method: "POST", path: "/v1/execute", body: `{"code":"x"}`,
 			backendErr: fmt.Errorf("write files: %w", api.Errorf(400, "files[0]: a symlink escapes")),
 			status:     400, msg: "a symlink escapes", outcome: OutcomeRejected},
+		{name: "backend error without a status", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: &api.Error{Msg: "oops"},
+			status: 500, msg: "execution failed: oops", outcome: OutcomeFailed},
 		{name: "backend failure", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: errors.New("create pod: quota exceeded"),
 			status: 500, msg: "execution failed: create pod: quota exceeded", outcome: OutcomeFailed},
 	}
