@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -86,6 +87,10 @@ func podExec(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns,
 	return res, nil
 }
 
+// serveReadyWait is how long verify waits for a Ready serve pod (a rollout
+// in progress, a pool still filling).
+const serveReadyWait = 2 * time.Minute
+
 // forward is an open port-forward to one pod.
 type forward struct {
 	URL  string
@@ -112,21 +117,27 @@ func forwardService(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfa
 	if len(svc.Spec.Selector) == 0 || len(svc.Spec.Ports) == 0 {
 		return nil, fmt.Errorf("service %s/%s has no selector or no ports", ns, svcName)
 	}
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list pods of service %s/%s: %w", ns, svcName, err)
-	}
+	// A serve pod is Ready once its pool has a warm pod: wait for one.
 	var pod *corev1.Pod
-	for i := range pods.Items {
-		if podReady(&pods.Items[i]) {
-			pod = &pods.Items[i]
-			break
+	var seen int
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, serveReadyWait, true, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String(),
+		})
+		if err != nil {
+			return false, nil //nolint:nilerr // retry until the deadline
 		}
-	}
+		seen = len(pods.Items)
+		for i := range pods.Items {
+			if podReady(&pods.Items[i]) {
+				pod = &pods.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	if pod == nil {
-		return nil, fmt.Errorf("service %s/%s: none of its %d pods is Ready", ns, svcName, len(pods.Items))
+		return nil, fmt.Errorf("service %s/%s: none of its %d pods became Ready within %s", ns, svcName, seen, serveReadyWait)
 	}
 	port, err := targetPort(svc.Spec.Ports[0].TargetPort, svc.Spec.Ports[0].Port, pod)
 	if err != nil {
