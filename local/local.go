@@ -148,6 +148,9 @@ func (b *Backend) chooseIsolation(ctx context.Context) error {
 		"per run. Use it for development or on one trusted machine.")
 	if b.opts.Isolation == IsolationNone {
 		log.Warn("local backend: isolation off: snippets run as this user, with the host's network")
+		if err := b.probe(ctx, 0, nil); err != nil {
+			return fmt.Errorf("local backend: cannot run snippets: %w", err)
+		}
 		return nil
 	}
 	var cred *syscall.Credential
@@ -183,6 +186,13 @@ func (b *Backend) chooseIsolation(ctx context.Context) error {
 		}
 		log.Warn("local backend: namespaces unavailable on this host, falling back: snippets see the host's "+
 			"network and processes", "error", errors.Join(errs...).Error())
+	}
+	if len(errs) == len(attempts) {
+		// Nothing isolated worked; make sure a plain child does, so that a
+		// missing interpreter fails here and not on every request.
+		if err := b.probe(ctx, 0, nil); err != nil {
+			return fmt.Errorf("local backend: cannot run snippets: %w", err)
+		}
 	}
 	uid := os.Geteuid()
 	if b.cred != nil {

@@ -250,6 +250,15 @@ func TestFallback(t *testing.T) {
 	}
 }
 
+func TestNoPython(t *testing.T) {
+	for _, iso := range []string{IsolationAuto, IsolationNone} {
+		_, err := New(context.Background(), Options{Python: "/nonexistent/python3", Isolation: iso})
+		if err == nil || !strings.Contains(err.Error(), "cannot run snippets") {
+			t.Errorf("isolation %s: New with a missing interpreter = %v, want an error at start", iso, err)
+		}
+	}
+}
+
 // testWriter sends the backend's log to the test's log.
 type testWriter struct{ t testing.TB }
 
