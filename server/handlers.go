@@ -97,6 +97,13 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	// A declared length over the limit is refused before reading a byte;
+	// MaxBytesReader catches bodies that do not declare it.
+	if r.ContentLength > s.opts.MaxBody {
+		e.err = api.Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", s.opts.MaxBody)
+		e.status, e.outcome = s.writeErr(r.Context(), w, e.err)
+		return
+	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
 	job, err := api.Decode(body)
 	if err != nil {

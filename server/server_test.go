@@ -212,6 +212,20 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestBodyTooLargeUndeclared: a chunked body (no Content-Length) over the
+// limit is cut off while it is read.
+func TestBodyTooLargeUndeclared(t *testing.T) {
+	fb := &fakeBackend{}
+	s, _ := newTestServer(t, fb, 1024)
+	req := httptest.NewRequest("POST", "/v1/execute", io.MultiReader(strings.NewReader(`{"code":"`), strings.NewReader(strings.Repeat("x", 4096)), strings.NewReader(`"}`)))
+	req.ContentLength = -1
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != 413 || !strings.Contains(errorOf(t, rec), "limit is 1024 bytes") || fb.calls() != 0 {
+		t.Errorf("status %d body %s", rec.Code, rec.Body)
+	}
+}
+
 func TestBackendPanic(t *testing.T) {
 	fb := &fakeBackend{run: func(context.Context, exec.Job) (exec.Result, error) { panic("boom") }}
 	s, logs := newTestServer(t, fb, 0)
