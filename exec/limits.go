@@ -31,10 +31,13 @@ import (
 // The preamble also hides itself: the snippet runs in __main__'s own
 // namespace with __file__ and sys.argv[0] naming the snippet file, and a
 // traceback starts at the snippet's frame, as with `python3 file.py`. When
-// the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble prints
-// the traceback and then SIGKILLs its own process: an out-of-memory death
-// looks the same whether the cap or the cgroup's OOM killer caused it, and
-// Run reports a SIGKILL it did not send under a memory cap as out of memory.
+// the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble drops
+// the snippet's globals (so that printing has memory to work with), prints
+// the traceback as best it can and then SIGKILLs its own process, whatever
+// the printing did (os is imported up front: an import may itself fail for
+// want of memory). As the init of a PID namespace (the local backend) it
+// cannot SIGKILL itself, so it exits with 137 instead. So an out-of-memory death looks the same whether the cap
+// or the cgroup's OOM killer caused it, and Run reports a SIGKILL it did not send under a memory cap as out of memory.
 
 // Resource numbers; syscall lacks RLIMIT_NPROC (<asm-generic/resource.h>).
 const (
@@ -45,7 +48,7 @@ const (
 )
 
 const preamble = `def _sandbox():
-    import sys, resource as r
+    import os, sys, resource as r
     for k, v in %s:
         h = r.getrlimit(k)[1]
         if h != r.RLIM_INFINITY and (v == r.RLIM_INFINITY or v > h):
@@ -63,13 +66,18 @@ const preamble = `def _sandbox():
         exec(c, g)
     except SystemExit:
         raise
+    except MemoryError as e:
+        try:
+            g.clear()
+            e = e.with_traceback(e.__traceback__.tb_next)
+            sys.excepthook(MemoryError, e, e.__traceback__)
+            sys.stderr.flush()
+        finally:
+            os.kill(os.getpid(), 9)
+            os._exit(137)
     except BaseException as e:
         e = e.with_traceback(e.__traceback__.tb_next)
         sys.excepthook(type(e), e, e.__traceback__)
-        if isinstance(e, MemoryError):
-            import os, signal
-            sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
         sys.exit(1)
 _sandbox()
 `

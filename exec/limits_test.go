@@ -64,11 +64,27 @@ except OSError as e:
 }
 
 func TestMemoryLimitReportsOOM(t *testing.T) {
-	res := run(t, Job{Code: "print('before')\nx = bytearray(1 << 30)\n"}, Options{MemoryLimit: 256 << 20})
-	if !res.OOMKilled || res.ExitCode != 137 {
-		t.Errorf("oom_killed %v, exit %d; want true, 137 (stderr %q)", res.OOMKilled, res.ExitCode, res.Stderr)
+	tests := []struct {
+		name       string
+		cloneflags uintptr
+	}{
+		{name: "plain"},
+		// As a PID namespace's init the preamble cannot SIGKILL itself.
+		{name: "pid namespace init", cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS},
 	}
-	if !strings.HasSuffix(res.Stderr, "MemoryError\nkilled: out of memory (limit 256 MiB)\n") || res.Stdout != "before\n" {
-		t.Errorf("stdout %q, stderr %q", res.Stdout, res.Stderr)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.cloneflags != 0 && os.Geteuid() != 0 {
+				t.Skip("needs root to make namespaces")
+			}
+			res := run(t, Job{Code: "print('before')\nhold = [bytearray(1 << 30)]\n"},
+				Options{MemoryLimit: 256 << 20, Cloneflags: tt.cloneflags})
+			if !res.OOMKilled || res.ExitCode != 137 {
+				t.Errorf("oom_killed %v, exit %d; want true, 137 (stderr %q)", res.OOMKilled, res.ExitCode, res.Stderr)
+			}
+			if !strings.HasSuffix(res.Stderr, "MemoryError\nkilled: out of memory (limit 256 MiB)\n") || res.Stdout != "before\n" {
+				t.Errorf("stdout %q, stderr %q", res.Stdout, res.Stderr)
+			}
+		})
 	}
 }

@@ -239,7 +239,13 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 		res.ExitCode = -1
 		res.TimedOut = true
 		res.Stderr = appendLine(res.Stderr, "timed out after "+formatSeconds(timeout)+"\n")
-	case cancelled || !ws.Signaled() || ws.Signal() != syscall.SIGKILL:
+	case cancelled:
+	case opts.MemoryLimit > 0 && opts.Cloneflags&syscall.CLONE_NEWPID != 0 && ws.Exited() && ws.ExitStatus() == 137:
+		// The preamble's out-of-memory exit as a PID namespace's init,
+		// which cannot SIGKILL itself (see limits.go).
+		res.OOMKilled = true
+		res.Stderr = appendLine(res.Stderr, oomLine(opts.MemoryLimit))
+	case !ws.Signaled() || ws.Signal() != syscall.SIGKILL:
 		// Only a SIGKILL we did not send can be an out-of-memory death.
 	case oomBefore >= 0 && oomKills(cgDir, cgV2) > oomBefore:
 		res.OOMKilled = true
