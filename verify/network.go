@@ -25,6 +25,9 @@ const (
 	blockedDeadlineS = 3
 	allowedDeadlineS = 10
 	maxPerGroup      = 3 // nodes, endpoints and warm pods probed per target
+	// runnerControlDeadlineS is short: warm pods are claimed by other users
+	// of the service, and the sandbox probe must follow quickly.
+	runnerControlDeadlineS = 5
 )
 
 // netTarget is a target and what it means.
@@ -56,26 +59,38 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	run := &netRun{targets: targets, control: map[string]*netsec.Outcome{}}
 	e.network = run
 
-	// 12: the controls.
-	var ctl, srv []netsec.Target
+	// 12: the control pod, for every target outside the sandbox namespace.
+	var ctl []netsec.Target
 	for _, t := range targets {
 		c := t.Target
 		c.DeadlineS, c.IntervalS, c.SkipSelf = controlDeadlineS, 0.5, false
 		ctl = append(ctl, c)
-		if t.viaServe {
-			srv = append(srv, c)
-		}
 	}
 	e.progress("    control pod %s/%s probes %d targets", fx.Namespace, fx.ControlPod, len(ctl))
 	res, err := podExec(ctx, e.cfg, e.cs, fx.Namespace, fx.ControlPod, fx.ControlName, []string{"python3", "-"}, netsec.Script(ctl))
 	run.mergeControl("control pod", res.Stdout, err)
-	if len(srv) > 0 {
+
+	// Another sandbox's runner: found as late as possible (warm pods come
+	// and go with other users of the service), and controlled from the serve
+	// pod, the one client the snippet pods' ingress admits.
+	runners := e.runnerTargets(ctx)
+	if len(runners) == 0 {
+		missing = append(missing, missingTarget{"network/other-sandbox-runner", fmt.Sprintf("no Ready snippet pod to aim at within %s", warmPodWait)})
+	} else {
+		var srv []netsec.Target
+		for _, t := range runners {
+			c := t.Target
+			c.DeadlineS, c.IntervalS, c.SkipSelf = runnerControlDeadlineS, 0.25, false
+			srv = append(srv, c)
+		}
 		pod, container, serr := e.servePod(ctx)
 		if serr == nil {
-			e.progress("    serve pod %s probes %d snippet-pod targets (the one client their ingress admits)", pod, len(srv))
+			e.progress("    serve pod %s probes %d snippet-pod runners", pod, len(srv))
 			res, serr = podExec(ctx, e.cfg, e.cs, e.opts.Namespace, pod, container, []string{"python3", "-"}, netsec.Script(srv))
 		}
 		run.mergeControl("serve pod", res.Stdout, serr)
+		run.targets = append(run.targets, runners...)
+		targets = run.targets
 	}
 
 	// 13-15: the sandbox.
@@ -262,19 +277,6 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 			}
 		}
 	}
-	// Another sandbox's runner: wait until the pool has two Ready pods, one
-	// to run the probe and one to aim at (the probe skips its own address).
-	pods := e.readySnippetPods(ctx, 2)
-	for i, p := range pods {
-		if i == maxPerGroup {
-			break
-		}
-		ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("other-sandbox#%d", i), Kind: netsec.HTTP, Host: p.Status.PodIP,
-			Port: runnerPort(&p), Path: "/healthz", SkipSelf: true}, check: "network/other-sandbox-runner", probe: "13", viaServe: true})
-	}
-	if len(pods) == 0 {
-		miss("network/other-sandbox-runner", "no Ready snippet pod to aim at within %s", warmPodWait)
-	}
 	for _, sa := range []struct{ check, addr string }{{"network/internet-standin", e.opts.InternetAddr}, {"network/metadata-standin", e.opts.MetadataAddr}} {
 		if sa.addr == "" {
 			continue
@@ -304,6 +306,21 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 }
 
 type missingTarget struct{ check, why string }
+
+// runnerTargets aims at other sandboxes' runners: it waits until the pool
+// has two Ready pods, one to run the probe and one to aim at (the probe
+// skips its own address).
+func (e *env) runnerTargets(ctx context.Context) []netTarget {
+	var ts []netTarget
+	for i, p := range e.readySnippetPods(ctx, 2) {
+		if i == maxPerGroup {
+			break
+		}
+		ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("other-sandbox#%d", i), Kind: netsec.HTTP, Host: p.Status.PodIP,
+			Port: runnerPort(&p), Path: "/healthz", SkipSelf: true}, check: "network/other-sandbox-runner", probe: "13", viaServe: true})
+	}
+	return ts
+}
 
 func hasCheck(ts []netTarget, check string) bool {
 	for _, t := range ts {
