@@ -32,6 +32,10 @@ type KubeFlags struct {
 	// For verify's negative tests only: deliberately weakened sandbox pods.
 	UnsafePodSpec string   `name:"unsafe-pod-spec" env:"SANDBOX_UNSAFE_POD_SPEC" hidden:"" help:"Weaken sandbox pods on purpose (root-token), to show verify's probes can fail. Never in production."`
 	RunnerArgs    []string `name:"runner-arg" hidden:"" help:"Extra argument for the sandbox pods' runner (repeatable)."`
+
+	// Logger, when serve sets it, receives the pool's logs; nil means JSON
+	// on stderr at info level.
+	Logger *slog.Logger `kong:"-"`
 }
 
 // defaultNamespace is used outside a cluster when no --namespace is given.
@@ -72,7 +76,10 @@ func newKubeBackend(d *Deps, f *KubeFlags) (server.Backend, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	log := slog.New(slog.NewJSONHandler(d.Stderr, nil))
+	log := f.Logger
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(d.Stderr, nil))
+	}
 	if f.UnsafePodSpec != "" || len(f.RunnerArgs) > 0 {
 		log.Warn("sandbox pods deliberately weakened for verify's negative tests", "unsafe_pod_spec", f.UnsafePodSpec, "runner_args", f.RunnerArgs)
 	}
