@@ -125,6 +125,13 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 		}
 		return p.verdict(ctx, pod.Name, start, fmt.Errorf("read runner answer: %w", err))
 	}
+	if res.SandboxID != "" && res.SandboxID != pod.Name {
+		// The runner names its own pod: another pod answered at this IP (an
+		// address reused after the claimed pod died). It ran the job, so its
+		// name is the truthful id; it refuses any second job (409).
+		p.log.Warn("a different sandbox pod answered at the claimed pod's address", "pod", pod.Name, "answered", res.SandboxID, "ip", pod.Status.PodIP)
+		return res, nil
+	}
 	res.SandboxID = pod.Name
 	return res, nil
 }

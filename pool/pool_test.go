@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -492,5 +493,19 @@ func TestReplacesStuckAndExpiringPods(t *testing.T) {
 		if name == pods[0].Name && !strings.Contains(why, "deadline") || name != pods[0].Name && !strings.Contains(why, "not ready") {
 			t.Errorf("%s removed because %q", name, why)
 		}
+	}
+}
+
+// TestRunnerNamesAnotherPod: if the pod at the claimed IP is not the claimed
+// pod (the address was reused), the id reports where the job really ran.
+func TestRunnerNamesAnotherPod(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(exec.Result{SandboxID: "sandbox-other"})
+	})
+	res, err := e.execute("x")
+	if err != nil || res.SandboxID != "sandbox-other" {
+		t.Fatalf("got %+v, %v", res, err)
 	}
 }
