@@ -231,8 +231,8 @@ func breakConn(w http.ResponseWriter) {
 	_ = c.Close()
 }
 
-// podFromRunner finds which pod a runner request was meant for: the claimed
-// one (the test runner serves every pod).
+// claimedPods lists the pods carrying a claim: the one a runner request was
+// meant for (the test runner serves every pod).
 func (e *env) claimedPods() []string {
 	var names []string
 	for _, p := range e.pods() {
