@@ -180,11 +180,15 @@ func TestVerifyWithoutNetworkPolicy(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// serveHasFlag says whether the built binary's serve mode knows a (hidden)
-// flag: kong refuses unknown flags before it prints help.
-func serveHasFlag(ctx context.Context, flag string) bool {
-	return exec.CommandContext(ctx, Suite(ctx).SandboxBin, "serve", flag, "--help").Run() == nil
+// binaryAccepts says whether the built binary knows a (hidden) flag of one
+// of its modes: kong refuses unknown flags before it prints help.
+func binaryAccepts(ctx context.Context, mode, flag string) bool {
+	return exec.CommandContext(ctx, Suite(ctx).SandboxBin, mode, flag, "--help").Run() == nil
 }
+
+// knob is a hidden flag a weakened deployment needs, and the mode that must
+// accept it.
+type knob struct{ mode, flag string }
 
 // weaken patches the serve Deployment's args (and the namespace's Pod
 // Security level when asked), waits for the rollout and a warm pool made by
@@ -249,15 +253,17 @@ type restoreKey struct{}
 
 // weakenedFeature runs verify against serve started with extra (hidden,
 // test-only) flags and asserts that the named checks FAIL.
-func weakenedFeature(name, flag string, extraArgs []string, psa string, only string, fails []string) features.Feature {
+func weakenedFeature(name string, knobs []knob, extraArgs []string, psa string, only string, fails []string) features.Feature {
 	return features.New(name).
 		WithLabel("needs", "service").
 		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if err := ServiceErr(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if !serveHasFlag(ctx, flag) {
-				t.Skipf("serve has no %s knob yet (requested in notes/requests.md): this weakened deployment cannot be built", flag)
+			for _, k := range knobs {
+				if !binaryAccepts(ctx, k.mode, k.flag) {
+					t.Skipf("sandbox %s has no %s knob yet (requested in notes/requests.md): this weakened deployment cannot be built", k.mode, k.flag)
+				}
 			}
 			return context.WithValue(ctx, restoreKey{}, weaken(ctx, t, extraArgs, psa))
 		}).
@@ -278,8 +284,8 @@ func weakenedFeature(name, flag string, extraArgs []string, psa string, only str
 // TestVerifyRootPodWithToken: snippet pods as uid 0 with the service-account
 // token mounted (the namespace relaxed to privileged so they are admitted).
 func TestVerifyRootPodWithToken(t *testing.T) {
-	const knob = "--unsafe-pod-spec=root-token"
-	testenv.Test(t, weakenedFeature("sandbox verify fails on root pods with a token", knob, []string{knob}, "privileged",
+	const flag = "--unsafe-pod-spec=root-token"
+	testenv.Test(t, weakenedFeature("sandbox verify fails on root pods with a token", []knob{{"serve", flag}}, []string{flag}, "privileged",
 		"posture,inside",
 		[]string{"posture/pod-security-restricted", "posture/pod-spec-container", "posture/pod-spec-isolation",
 			"inside/non-root-identity", "inside/no-service-account-token"}))
@@ -288,7 +294,7 @@ func TestVerifyRootPodWithToken(t *testing.T) {
 // TestVerifyRunnerWithoutTreeKill: a runner that kills only the snippet's
 // leader process on timeout.
 func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
-	const knob = "--runner-arg=--unsafe-kill-leader-only"
-	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knob, []string{knob}, "",
+	knobs := []knob{{"serve", "--runner-arg=--unsafe-kill-leader-only"}, {"run", "--unsafe-kill-leader-only"}}
+	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{"--runner-arg=--unsafe-kill-leader-only"}, "",
 		"runner", []string{"runner/timeout-kills-tree"}))
 }
