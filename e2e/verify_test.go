@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -223,13 +225,7 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 		if _, err := deps.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		time.Sleep(2 * time.Second)
-		if err := Suite(ctx).WaitAvailable(ctx, 3*time.Minute); err != nil {
-			return err
-		}
-		// The old replica's warm pods go with it; give the new one time to fill its pool.
-		time.Sleep(10 * time.Second)
-		return nil
+		return waitRollout(ctx, cs)
 	}
 	if err := setArgs(append(append([]string(nil), origArgs...), extraArgs...)); err != nil {
 		t.Fatalf("weaken serve with %v: %v", extraArgs, err)
@@ -247,6 +243,53 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 			}
 		}
 	}
+}
+
+// waitRollout waits, as `kubectl rollout status` does, until every replica
+// runs the current template and is available, and then until the new serve
+// pod's own pool has a Ready sandbox pod (an old replica's warm pods do not
+// count: they were made from the old template).
+func waitRollout(ctx context.Context, cs kubernetes.Interface) error {
+	return wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := cs.AppsV1().Deployments(kindenv.Namespace).Get(ctx, kindenv.Deployment, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // retry until the deadline
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		st := d.Status
+		if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.Replicas != want || st.AvailableReplicas != want {
+			return false, nil
+		}
+		serves, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+		if err != nil {
+			return false, nil //nolint:nilerr // retry until the deadline
+		}
+		owners := map[string]bool{}
+		for _, p := range serves.Items {
+			if p.DeletionTimestamp == nil {
+				owners[p.Name] = true
+			}
+		}
+		snippets, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=sandbox-runner,sandbox.dev/kind=snippet"})
+		if err != nil {
+			return false, nil //nolint:nilerr // retry until the deadline
+		}
+		for _, p := range snippets.Items {
+			if owners[p.Labels["sandbox.dev/owner"]] && p.Status.Phase == corev1.PodRunning {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						return true, nil
+					}
+				}
+			}
+		}
+		return false, nil
+	})
 }
 
 type restoreKey struct{}
