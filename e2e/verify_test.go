@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -204,6 +205,7 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 		t.Fatal(err)
 	}
 	origArgs := append([]string(nil), dep.Spec.Template.Spec.Containers[0].Args...)
+	origStrategy := *dep.Spec.Strategy.DeepCopy()
 	nsClient := cs.CoreV1().Namespaces()
 	ns, err := nsClient.Get(ctx, kindenv.Namespace, metav1.GetOptions{})
 	if err != nil {
@@ -216,23 +218,31 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 			t.Fatal(err)
 		}
 	}
-	setArgs := func(args []string) error {
+	// Recreate, not a rolling update: on a 2-CPU node a surge replica's
+	// pool may find no room while the old replica's warm pods hold the CPU,
+	// and the rollout never completes.
+	setArgs := func(args []string, strategy appsv1.DeploymentStrategy) error {
 		d, err := deps.Get(ctx, kindenv.Deployment, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		d.Spec.Template.Spec.Containers[0].Args = args
+		d.Spec.Strategy = strategy
 		if _, err := deps.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
 		return waitRollout(ctx, cs)
 	}
-	if err := setArgs(append(append([]string(nil), origArgs...), extraArgs...)); err != nil {
+	recreate := appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	if err := setArgs(append(append([]string(nil), origArgs...), extraArgs...), recreate); err != nil {
 		t.Fatalf("weaken serve with %v: %v", extraArgs, err)
 	}
 	return func() {
-		if err := setArgs(origArgs); err != nil {
+		if err := setArgs(origArgs, recreate); err != nil {
 			t.Errorf("restore serve args: %v", err)
+		}
+		if err := setStrategy(ctx, cs, origStrategy); err != nil {
+			t.Errorf("restore the Deployment strategy: %v", err)
 		}
 		if psaLevel != "" {
 			if ns, err := nsClient.Get(ctx, kindenv.Namespace, metav1.GetOptions{}); err == nil {
@@ -290,6 +300,19 @@ func waitRollout(ctx context.Context, cs kubernetes.Interface) error {
 		}
 		return false, nil
 	})
+}
+
+// setStrategy puts a Deployment strategy back (no new rollout: the
+// strategy is not part of the pod template).
+func setStrategy(ctx context.Context, cs kubernetes.Interface, st appsv1.DeploymentStrategy) error {
+	deps := cs.AppsV1().Deployments(kindenv.Namespace)
+	d, err := deps.Get(ctx, kindenv.Deployment, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	d.Spec.Strategy = st
+	_, err = deps.Update(ctx, d, metav1.UpdateOptions{})
+	return err
 }
 
 type restoreKey struct{}
