@@ -281,3 +281,16 @@ func TestSnippetPodCPURequest(t *testing.T) {
 		}
 	}
 }
+
+func TestUnschedulable(t *testing.T) {
+	pod := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/1 nodes are available: 1 Insufficient cpu.",
+	}}}}
+	if got := Unschedulable(pod); !strings.Contains(got, "Insufficient cpu") {
+		t.Errorf("Unschedulable = %q", got)
+	}
+	if got := Unschedulable(&corev1.Pod{}); got != "" {
+		t.Errorf("Unschedulable of a fresh pod = %q", got)
+	}
+}

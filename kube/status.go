@@ -96,6 +96,20 @@ func isBenign(pod *corev1.Pod) bool {
 	return true
 }
 
+// Unschedulable returns the scheduler's message when it cannot place the
+// pod (e.g. "0/1 nodes are available: 1 Insufficient cpu."), else "".
+func Unschedulable(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			if c.Message == "" {
+				return c.Reason
+			}
+			return c.Message
+		}
+	}
+	return ""
+}
+
 // WaitingReason describes why a pod is not Ready yet, e.g. "ErrImagePull:
 // ...", for logs about pods stuck starting.
 func WaitingReason(pod *corev1.Pod) string {

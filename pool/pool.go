@@ -96,15 +96,16 @@ type Pool struct {
 	stopping chan struct{} // closed when shutdown begins
 	stopOnce sync.Once
 
-	mu        sync.Mutex
-	exp       *expectations
-	inUse     map[string]bool        // pods claimed (or being claimed) here
-	gone      map[string]*corev1.Pod // last state of in-use pods deleted mid-run
-	createdAt map[string]time.Time   // for the create-to-Ready histogram
-	changed   chan struct{}          // closed and replaced on every pod event
-	closing   bool                   // shutdown began: no new claims
-	inflight  sync.WaitGroup         // executions under way
-	bg        sync.WaitGroup         // deletes off the request path
+	mu            sync.Mutex
+	exp           *expectations
+	inUse         map[string]bool        // pods claimed (or being claimed) here
+	gone          map[string]*corev1.Pod // last state of in-use pods deleted mid-run
+	createdAt     map[string]time.Time   // for the create-to-Ready histogram
+	unschedulable map[string]bool        // pods already reported as unschedulable
+	changed       chan struct{}          // closed and replaced on every pod event
+	closing       bool                   // shutdown began: no new claims
+	inflight      sync.WaitGroup         // executions under way
+	bg            sync.WaitGroup         // deletes off the request path
 }
 
 // New checks the options and builds a Pool; Run starts it.
@@ -145,20 +146,21 @@ func New(o Options) (*Pool, error) {
 	m.target.Set(float64(o.Size))
 
 	p := &Pool{
-		opts:      o,
-		log:       o.Logger.With("component", "pool", "namespace", o.Namespace, "owner", o.Pod.Owner.Name),
-		client:    o.Client,
-		m:         m,
-		claimer:   kube.LabelValue(o.Pod.Owner.Name),
-		http:      o.HTTPClient,
-		kick:      make(chan struct{}, 1),
-		started:   make(chan struct{}),
-		stopping:  make(chan struct{}),
-		exp:       newExpectations(),
-		inUse:     map[string]bool{},
-		gone:      map[string]*corev1.Pod{},
-		createdAt: map[string]time.Time{},
-		changed:   make(chan struct{}),
+		opts:          o,
+		log:           o.Logger.With("component", "pool", "namespace", o.Namespace, "owner", o.Pod.Owner.Name),
+		client:        o.Client,
+		m:             m,
+		claimer:       kube.LabelValue(o.Pod.Owner.Name),
+		http:          o.HTTPClient,
+		kick:          make(chan struct{}, 1),
+		started:       make(chan struct{}),
+		stopping:      make(chan struct{}),
+		exp:           newExpectations(),
+		inUse:         map[string]bool{},
+		gone:          map[string]*corev1.Pod{},
+		createdAt:     map[string]time.Time{},
+		unschedulable: map[string]bool{},
+		changed:       make(chan struct{}),
 	}
 	if p.http == nil {
 		p.http = newRunnerClient(o.Dialer)
@@ -288,6 +290,7 @@ func (p *Pool) onPod(obj any, deleted bool) {
 	if deleted {
 		p.exp.observedGone(pod.Name)
 		delete(p.createdAt, pod.Name)
+		delete(p.unschedulable, pod.Name)
 		if p.inUse[pod.Name] {
 			p.gone[pod.Name] = pod
 		}
@@ -297,6 +300,11 @@ func (p *Pool) onPod(obj any, deleted bool) {
 			delete(p.createdAt, pod.Name)
 			p.m.podStartup.Observe(time.Since(at).Seconds())
 			p.log.Debug("pod ready", "pod", pod.Name, "startup", time.Since(at))
+		}
+		if msg := kube.Unschedulable(pod); msg != "" && !p.unschedulable[pod.Name] {
+			p.unschedulable[pod.Name] = true
+			p.log.Warn("sandbox pod cannot be scheduled; the pool stays short until it can (on small nodes, lower --pod-cpu-request)",
+				"pod", pod.Name, "reason", msg)
 		}
 	}
 	p.m.ready.Set(float64(p.readyCountLocked()))
