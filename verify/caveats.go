@@ -84,8 +84,11 @@ func (e *env) caveats(ctx context.Context) []string {
 	out = append(out, dns+"; data can leave encoded in query names while arbitrary names resolve. The product has no DNS lock-down yet.")
 
 	// Runtime and kernel.
-	rc := e.target["runtime_class"]
+	rc, known := e.target["runtime_class"]
 	handler := "the node's default runtime handler (runc)"
+	if !known {
+		handler = "an unread runtime (the posture checks did not run, so runtimeClassName was not read; without one it is the node's default, runc)"
+	}
 	if rc != "" {
 		handler = "RuntimeClass " + rc
 		if r, err := e.cs.NodeV1().RuntimeClasses().Get(ctx, rc, metav1.GetOptions{}); err == nil {
