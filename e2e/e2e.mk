@@ -13,7 +13,7 @@ E2E_RUN     ?=
 E2E_TIMEOUT ?= 100m
 E2E_FLAGS   ?= -v
 
-.PHONY: e2e kind-up kind-down e2e-images
+.PHONY: e2e kind-up kind-down e2e-images e2e-tools-test
 
 kind-up:
 	$(GO) run ./e2e/cmd/sandbox-kind up
@@ -27,7 +27,11 @@ e2e-images:
 	e2e/hack/node-image.sh
 	e2e/hack/sandbox-image.sh
 
-e2e:
+# The tools module is a separate module: `go test ./...` at the root skips it.
+e2e-tools-test:
+	cd e2e/tools && $(GO) vet ./cmd/... && $(GO) test -count=1 ./cmd/...
+
+e2e: e2e-tools-test
 	@start=$$(date +%s); \
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) $(if $(E2E_RUN),-run '$(E2E_RUN)') ./e2e/; \
 	rc=$$?; echo "e2e: $$(( $$(date +%s) - start ))s in all (exit $$rc)"; exit $$rc
