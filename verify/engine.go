@@ -169,7 +169,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 			continue
 		}
 		if ctx.Err() != nil {
-			rep.Checks = append(rep.Checks, result(s.group+"/not-run", "", Inconclusive, "not run: %v", context.Cause(ctx)))
+			rep.Checks = append(rep.Checks, result(fmt.Sprintf("%s/step-%d-not-run", s.group, i+1), "", Inconclusive, "%s: not run: %v", s.what, context.Cause(ctx)))
 			continue
 		}
 		e.progress("[%d/%d] %s: %s", i+1, len(steps), s.group, s.what)
@@ -177,6 +177,11 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		rs := s.run(ctx, e)
 		d := time.Since(t0)
 		for _, r := range rs {
+			// A check cut short by the user or --timeout proved nothing either way.
+			if ctx.Err() != nil && r.Status == Fail {
+				r.Status = Inconclusive
+				r.Evidence = fmt.Sprintf("interrupted (%v): %s", context.Cause(ctx), r.Evidence)
+			}
 			if r.DurationMS == 0 {
 				r.DurationMS = d.Milliseconds()
 			}
@@ -184,7 +189,10 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 			e.progress("    %-12s %s", r.Status, r.Name)
 		}
 	}
-	rep.Caveats = e.caveats(ctx)
+	// The caveats read the cluster once more, also after an interrupt.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer ccancel()
+	rep.Caveats = e.caveats(cctx)
 	rep.Target = e.target
 	rep.Finish(time.Since(e.start), opts.AllowInconclusive)
 	return rep, nil
