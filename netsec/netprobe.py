@@ -207,7 +207,7 @@ def done(t, out):
     if not out["reached"]:
         return False
     if t["kind"].startswith("dns"):
-        return out["answered"]
+        return out["answered"] and (not t.get("token") or out["token"])
     if t.get("token"):
         return out["token"]
     return True
@@ -244,6 +244,10 @@ def run_target(t, out):
         for k in ("detail", "addrs", "rcode"):
             if k in r:
                 out[k] = r[k]
+        # For DNS, the token is the address only our canary answers with.
+        if t["kind"].startswith("dns") and t.get("token") and t["token"] in r.get("addrs", []) and not out["token"]:
+            out["token"] = True
+            out["token_ms"] = int((time.monotonic() - start) * 1000)
         if done(t, out) or time.monotonic() + interval >= deadline:
             break
         time.sleep(interval)

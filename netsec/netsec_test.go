@@ -66,7 +66,8 @@ func TestProbeAgainstCanary(t *testing.T) {
 		{Name: "tcp", Kind: TCP, Host: "127.0.0.1", Port: httpPort, DeadlineS: 3},
 		{Name: "closed", Kind: TCP, Host: "127.0.0.1", Port: closed, DeadlineS: 0.6},
 		{Name: "udp", Kind: DNSUDP, Host: "127.0.0.1", Port: dnsPort, QName: "kubernetes.default.svc.cluster.local", DeadlineS: 3},
-		{Name: "dnstcp", Kind: DNSTCP, Host: "127.0.0.1", Port: dnsPort, QName: "kubernetes.default.svc.cluster.local", DeadlineS: 3},
+		{Name: "dnstcp", Kind: DNSTCP, Host: "127.0.0.1", Port: dnsPort, QName: "kubernetes.default.svc.cluster.local", Token: CanaryDNSAnswer, DeadlineS: 3},
+		{Name: "dns-wrong-answer", Kind: DNSUDP, Host: "127.0.0.1", Port: dnsPort, QName: "x.example", Token: "192.0.2.99", DeadlineS: 0.5},
 		{Name: "udp-closed", Kind: DNSUDP, Host: "127.0.0.1", Port: closed, QName: "x.example", DeadlineS: 0.6},
 	}
 	probe := osexec.Command(py, "-")
@@ -90,6 +91,12 @@ func TestProbeAgainstCanary(t *testing.T) {
 	}
 	if byName["http-wrong-token"].Token || ControlOK(targets[1], byName["http-wrong-token"]) {
 		t.Errorf("wrong token counted as the canary: %s", byName["http-wrong-token"].Describe())
+	}
+	if !byName["dnstcp"].Token {
+		t.Errorf("dnstcp: canary answer not recognised: %s", byName["dnstcp"].Describe())
+	}
+	if o := byName["dns-wrong-answer"]; ControlOK(targets[idx(targets, "dns-wrong-answer")], o) || o.Attempts < 2 {
+		t.Errorf("a DNS answer without the expected address counted: %s", o.Describe())
 	}
 	if got := byName["udp"].Addrs; len(got) != 1 || got[0] != CanaryDNSAnswer {
 		t.Errorf("udp answer %v, want [%s]", got, CanaryDNSAnswer)

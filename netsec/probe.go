@@ -40,11 +40,13 @@ const ResolvConf = "@resolv"
 // Target is one address a probe tries, again and again until it gets a full
 // answer or its deadline passes.
 type Target struct {
-	Name  string `json:"name"`
-	Kind  Kind   `json:"kind"`
-	Host  string `json:"host"`
-	Port  int    `json:"port"`
-	Path  string `json:"path,omitempty"`
+	Name string `json:"name"`
+	Kind Kind   `json:"kind"`
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	Path string `json:"path,omitempty"`
+	// Token must be in an HTTP answer's body, or among a DNS answer's A
+	// records, for a reach to count as our canary's.
 	Token string `json:"token,omitempty"`
 	QName string `json:"qname,omitempty"`
 	// SkipSelf skips the target when Host is the probing pod's own address
@@ -196,6 +198,8 @@ func (o *Outcome) Describe() string {
 	}
 	var b strings.Builder
 	switch {
+	case o.Token && (o.Kind == DNSUDP || o.Kind == DNSTCP):
+		fmt.Fprintf(&b, "reached in %d ms, the canary's own answer", o.ReachedMS)
 	case o.Token:
 		fmt.Fprintf(&b, "reached in %d ms, canary token read", o.ReachedMS)
 	case o.Answered:

@@ -40,13 +40,18 @@ func (f Finding) String() string {
 // ControlOK says whether a control outcome counts as a reach: a completed
 // connection, and for our canaries the token in the answer (so that a
 // different service on the same address does not count), and for DNS a
-// parsed reply.
+// parsed reply, holding the canary's own address when Token names it (on
+// kind a Service's UDP port was once seen answered NXDOMAIN by something
+// else while its rules were being programmed).
 func ControlOK(t Target, o *Outcome) bool {
 	if o == nil || o.Skipped != "" || !o.Reached {
 		return false
 	}
 	switch t.Kind {
 	case DNSUDP, DNSTCP:
+		if t.Token != "" {
+			return o.Answered && o.Token
+		}
 		return o.Answered
 	case HTTP:
 		if t.Token != "" {

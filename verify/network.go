@@ -295,10 +295,10 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 	}
 	add("network/dns-cluster-udp", "14", true, netsec.Target{Kind: netsec.DNSUDP, Host: dnsHost, Port: 53, QName: qname})
 	add("network/dns-cluster-tcp", "14", true, netsec.Target{Kind: netsec.DNSTCP, Host: dnsHost, Port: 53, QName: qname})
-	add("network/dns-other-resolver-pod-udp", "15", false, netsec.Target{Kind: netsec.DNSUDP, Host: fx.CanaryIP, Port: netsec.CanaryDNSPort, QName: qname})
-	add("network/dns-other-resolver-pod-tcp", "15", false, netsec.Target{Kind: netsec.DNSTCP, Host: fx.CanaryIP, Port: netsec.CanaryDNSPort, QName: qname})
-	add("network/dns-other-resolver-service-udp", "15", false, netsec.Target{Kind: netsec.DNSUDP, Host: fx.ServiceIP, Port: netsec.CanaryDNSPort, QName: qname})
-	add("network/dns-other-resolver-service-tcp", "15", false, netsec.Target{Kind: netsec.DNSTCP, Host: fx.ServiceIP, Port: netsec.CanaryDNSPort, QName: qname})
+	add("network/dns-other-resolver-pod-udp", "15", false, netsec.Target{Kind: netsec.DNSUDP, Host: fx.CanaryIP, Port: netsec.CanaryDNSPort, QName: qname, Token: netsec.CanaryDNSAnswer})
+	add("network/dns-other-resolver-pod-tcp", "15", false, netsec.Target{Kind: netsec.DNSTCP, Host: fx.CanaryIP, Port: netsec.CanaryDNSPort, QName: qname, Token: netsec.CanaryDNSAnswer})
+	add("network/dns-other-resolver-service-udp", "15", false, netsec.Target{Kind: netsec.DNSUDP, Host: fx.ServiceIP, Port: netsec.CanaryDNSPort, QName: qname, Token: netsec.CanaryDNSAnswer})
+	add("network/dns-other-resolver-service-tcp", "15", false, netsec.Target{Kind: netsec.DNSTCP, Host: fx.ServiceIP, Port: netsec.CanaryDNSPort, QName: qname, Token: netsec.CanaryDNSAnswer})
 	if len(ts) > 0 && !hasCheck(ts, "network/apiserver-endpoint") && err == nil {
 		miss("network/apiserver-endpoint", "the kubernetes EndpointSlices list no address")
 	}
