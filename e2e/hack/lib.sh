@@ -56,6 +56,13 @@ step() {
 	log "<== $name done in $(($(date +%s) - start))s"
 }
 
+# quiet LOG CMD...: runs CMD with its output in LOG.
+quiet() {
+	local log=$1
+	shift
+	"$@" >"$log" 2>&1
+}
+
 # hash_files FILE...: a short content hash, for cache keys.
 hash_files() { cat "$@" | sha256sum | cut -c1-12; }
 
@@ -104,8 +111,8 @@ rootfs_tar() {
 	dir=$(mktemp -d "$SANDBOX_E2E_CACHE/rootfs/$name.XXXX")
 	chmod 0755 "$dir" # it becomes the image's /
 	local rc=0
-	step "debootstrap $name ($pkgs)" debootstrap --variant=minbase --include="$pkgs" \
-		"$DEBIAN_SUITE" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1 || rc=$?
+	step "debootstrap $name ($pkgs)" quiet "$dir.log" debootstrap --variant=minbase --include="$pkgs" \
+		"$DEBIAN_SUITE" "$dir" "$(debian_mirror)" || rc=$?
 	if [ "$rc" -ne 0 ]; then
 		tail -n 30 "$dir.log" >&2
 		die "debootstrap $name failed (log: $dir.log)"
