@@ -194,3 +194,36 @@ func TestRunnerDeathKillsChild(t *testing.T) {
 	syscall.Kill(pid, syscall.SIGKILL)
 	t.Errorf("the child %d outlived its runner", pid)
 }
+
+// TestUnsafeKillLeaderOnly shows that the tree kill is what stops a setsid()
+// grandchild: the same snippet's grandchild outlives the deadline only when
+// the weakened mode is on (verify's negative test relies on that).
+func TestUnsafeKillLeaderOnly(t *testing.T) {
+	const code = `import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(1.5)
+    print("survived the deadline", flush=True)
+    os._exit(0)
+time.sleep(300)
+`
+	tests := []struct {
+		name         string
+		unsafe       bool
+		wantSurvivor bool
+	}{
+		{name: "tree kill", unsafe: false, wantSurvivor: false},
+		{name: "leader only", unsafe: true, wantSurvivor: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := run(t, Job{Code: code, Timeout: time.Second}, Options{UnsafeKillLeaderOnly: tt.unsafe})
+			if !res.TimedOut {
+				t.Fatalf("timed_out = false; result %+v", res)
+			}
+			if got := strings.Contains(res.Stdout, "survived"); got != tt.wantSurvivor {
+				t.Errorf("grandchild survived = %v, want %v (stdout %q)", got, tt.wantSurvivor, res.Stdout)
+			}
+		})
+	}
+}

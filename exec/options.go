@@ -29,6 +29,13 @@ type Options struct {
 	MaxProcs int
 	// MaxFileSize is the child's RLIMIT_FSIZE in bytes; 0 means DefaultMaxFileSize.
 	MaxFileSize int64
+
+	// UnsafeKillLeaderOnly makes Run as weak as a naive runner: at the
+	// deadline it kills only the python3 process, never sweeps its tree, and
+	// waits for the pipes to close. It exists so that `sandbox verify` can be
+	// shown to catch a runner without the process-tree kill; never set it
+	// otherwise.
+	UnsafeKillLeaderOnly bool
 }
 
 // Limits applied when Options leave them zero.

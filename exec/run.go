@@ -191,7 +191,11 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 	case <-ctx.Done():
 		cancelled = true
 	}
-	if timedOut || cancelled {
+	switch {
+	case (timedOut || cancelled) && opts.UnsafeKillLeaderOnly:
+		killErr = cmd.Process.Kill()
+		err = <-waited
+	case timedOut || cancelled:
 		killErr = killRun(pid)
 		err = <-waited
 	}
@@ -200,17 +204,18 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 	live.Lock()
 	delete(live.pids, pid)
 	live.Unlock()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
-	if e := sweep(sctx, 0); e != nil && killErr == nil {
-		killErr = e
+	if !opts.UnsafeKillLeaderOnly {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
+		if e := sweep(sctx, 0); e != nil && killErr == nil {
+			killErr = e
+		}
+		cancel()
+		// Everything that held the pipes is dead now; the deadline only
+		// guards against a writer the sweep could not reach.
+		deadline := time.Now().Add(drainTimeout)
+		outR.SetReadDeadline(deadline)
+		errR.SetReadDeadline(deadline)
 	}
-	cancel()
-
-	// Everything that held the pipes is dead now; the deadline only guards
-	// against a writer the sweep could not reach.
-	deadline := time.Now().Add(drainTimeout)
-	outR.SetReadDeadline(deadline)
-	errR.SetReadDeadline(deadline)
 	readers.Wait()
 	outR.Close()
 	errR.Close()

@@ -28,6 +28,8 @@ type RunCmd struct {
 	Workdir     string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, /work when serving)."`
 	Listen      string        `default:":8080" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
 	SandboxID   string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
+
+	UnsafeKillLeaderOnly bool `name:"unsafe-kill-leader-only" hidden:"" help:"At the timeout kill only the snippet's own process, not its tree, to show that verify catches it. Never in production."`
 }
 
 // Validate checks the flags before anything runs.
@@ -49,7 +51,8 @@ func (c *RunCmd) Validate() error {
 
 // Run runs the chosen form.
 func (c *RunCmd) Run(d *Deps) error {
-	opts := exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit, MaxProcs: c.MaxProcs, MaxFileSize: c.MaxFileSize}
+	opts := exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit, MaxProcs: c.MaxProcs, MaxFileSize: c.MaxFileSize,
+		UnsafeKillLeaderOnly: c.UnsafeKillLeaderOnly}
 	if c.CodeFile != "" {
 		return c.runFile(d, opts)
 	}
@@ -61,15 +64,19 @@ func (c *RunCmd) Run(d *Deps) error {
 	if id == "" {
 		id, _ = os.Hostname()
 	}
+	log := slog.New(slog.NewJSONHandler(d.Stderr, nil))
 	s, err := runner.New(runner.Options{
 		Listen:     c.Listen,
 		MaxTimeout: c.MaxTimeout,
 		SandboxID:  id,
 		Exec:       opts,
-		Logger:     slog.New(slog.NewJSONHandler(d.Stderr, nil)),
+		Logger:     log,
 	})
 	if err != nil {
 		return err
+	}
+	if c.UnsafeKillLeaderOnly {
+		log.Warn("runner deliberately weakened: --unsafe-kill-leader-only leaves the snippet's tree alive at the timeout")
 	}
 	return s.Run(d.Ctx)
 }
