@@ -30,6 +30,10 @@ const (
 
 var testenv env.Environment
 
+// imageBefore is the sandbox image's ID before the suite rebuilt it: a reused
+// cluster must restart the Deployment when it changed.
+var imageBefore string
+
 // suite is the environment TestMain built. Tests (and the verify tests in
 // this package) read it through Suite(ctx) or directly.
 var suite *kindenv.Env
@@ -69,6 +73,7 @@ func TestMain(m *testing.M) {
 	}
 	suite = kindenv.NewEnv(root, os.Stderr)
 	reuse := os.Getenv(reuseEnv) == "1"
+	imageBefore = suite.ImageID(context.Background())
 	cfg := envconf.New()
 	testenv = env.NewWithConfig(cfg)
 	start := time.Now()
@@ -140,6 +145,9 @@ func deployService(ctx context.Context, cfg *envconf.Config) (context.Context, e
 				conditions.New(cfg.Client().Resources()).DeploymentConditionMatch(dep, appsv1.DeploymentAvailable, "True"),
 				wait.WithContext(ctx), wait.WithTimeout(3*time.Minute), wait.WithInterval(2*time.Second))
 		})
+	}
+	if err == nil && suite.Reused && suite.ImageID(ctx) != imageBefore {
+		err = suite.Restart(ctx, 3*time.Minute)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "!!! the sandbox service is not deployed; tests that need it will fail: %v\n", err)

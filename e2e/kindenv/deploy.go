@@ -28,9 +28,16 @@ func (k Kubectl) Run(ctx context.Context, stdin []byte, args ...string) (string,
 	return c.output(ctx)
 }
 
-// Manifests renders `sandbox manifests --image image` with the sandbox binary.
+// PodCPURequest is the CPU request of snippet pods on kind. The node has the
+// host's 2 CPUs and the control plane requests about 0.85 of them, so the
+// default 1-CPU request would let one warm pod schedule and leave the rest
+// Pending (and a rollout stuck between two serve pods' pools).
+const PodCPURequest = "100m"
+
+// Manifests renders `sandbox manifests --image image --pod-cpu-request
+// PodCPURequest` with the sandbox binary.
 func Manifests(ctx context.Context, sandboxBin, image string) ([]byte, error) {
-	out, err := cmd{name: sandboxBin, args: []string{"manifests", "--image", image}, timeout: time.Minute}.output(ctx)
+	out, err := cmd{name: sandboxBin, args: []string{"manifests", "--image", image, "--pod-cpu-request", PodCPURequest}, timeout: time.Minute}.output(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("render manifests: %w", err)
 	}
@@ -40,7 +47,7 @@ func Manifests(ctx context.Context, sandboxBin, image string) ([]byte, error) {
 	return []byte(out), nil
 }
 
-// Deploy applies the service's manifests (sandbox manifests | kubectl apply -f -).
+// Deploy applies the service's manifests (sandbox manifests ... | kubectl apply -f -).
 func Deploy(ctx context.Context, k Kubectl, sandboxBin, image string) error {
 	m, err := Manifests(ctx, sandboxBin, image)
 	if err != nil {

@@ -27,6 +27,7 @@ type Env struct {
 	Kubectl    Kubectl
 	SandboxBin string // bin/sandbox, built from this tree
 	NodeName   string // the control-plane node's container
+	Reused     bool   // CreateCluster found the cluster running and kept it
 }
 
 // NewEnv returns the default environment for the repository at root.
@@ -101,6 +102,7 @@ func (e *Env) CreateCluster(ctx context.Context, fresh bool) error {
 			}
 			exists = false
 		}
+		e.Reused = exists
 		if exists {
 			fmt.Fprintf(e.Log, "reusing the existing cluster %q\n", e.Name)
 		} else if err := e.Cluster.Create(ctx); err != nil {
@@ -156,6 +158,28 @@ func (e *Env) StandinsUp(ctx context.Context) error {
 // Deploy applies `sandbox manifests --image <image>`.
 func (e *Env) Deploy(ctx context.Context) error {
 	return e.Phase("deploy manifests", func() error { return Deploy(ctx, e.Kubectl, e.SandboxBin, e.Image) })
+}
+
+// Restart rolls the Deployment (after a rebuilt image under the same tag,
+// which `kubectl apply` alone does not pick up) and waits for the rollout.
+func (e *Env) Restart(ctx context.Context, timeout time.Duration) error {
+	return e.Phase("restart deployment", func() error {
+		if _, err := e.Kubectl.Run(ctx, nil, "-n", Namespace, "rollout", "restart", "deployment/"+Deployment); err != nil {
+			return err
+		}
+		_, err := e.Kubectl.Run(ctx, nil, "-n", Namespace, "rollout", "status", "deployment/"+Deployment,
+			fmt.Sprintf("--timeout=%s", timeout))
+		return err
+	})
+}
+
+// ImageID is the Docker image ID of the sandbox image, or "" if there is none.
+func (e *Env) ImageID(ctx context.Context) string {
+	id, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", e.Image)
+	if err != nil {
+		return ""
+	}
+	return id
 }
 
 // WaitAvailable waits for the sandbox Deployment to become Available.

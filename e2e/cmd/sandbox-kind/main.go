@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 	start := time.Now()
+	before := env.ImageID(ctx)
 	for _, phase := range []func(context.Context) error{
 		env.Host,
 		env.Images,
@@ -61,6 +62,10 @@ func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 	deployErr := env.Deploy(ctx)
 	if deployErr == nil {
 		deployErr = env.WaitAvailable(ctx, 3*time.Minute)
+	}
+	if deployErr == nil && env.Reused && env.ImageID(ctx) != before {
+		// Same tag, new content: running pods would keep the old image.
+		deployErr = env.Restart(ctx, 3*time.Minute)
 	}
 	fmt.Fprintf(env.Log, "=== kind-up took %s\n", time.Since(start).Round(time.Second))
 	printAccess(stdout, env)
