@@ -56,7 +56,7 @@ func (p *Pool) janitor(ctx context.Context) error {
 		}
 		cleaned++
 		p.m.orphans.Inc()
-		p.log.Info("janitor deleted sandbox pod", "pod", pod.Name, "owner", pod.Labels[kube.LabelOwner], "why", why)
+		p.log.Info("janitor deleted sandbox pod", "pod", pod.Name, "pod_owner", pod.Labels[kube.LabelOwner], "why", why)
 	}
 	p.log.Info("janitor done", "sandbox_pods", len(pods.Items), "deleted", cleaned)
 	return nil
