@@ -354,8 +354,13 @@ func TestJanitor(t *testing.T) {
 	}
 	e := newEnv(t, objs).start()
 	e.eventually("janitor and refill", func() bool {
-		live, _ := e.warm()
-		return e.pool.Ready() && live >= 3
+		own := 0
+		for _, p := range e.pods() {
+			if p.Labels[kube.LabelOwner] == "serve-0" && p.Labels[kube.LabelClaimedBy] == "" {
+				own++
+			}
+		}
+		return e.pool.Ready() && own == 3
 	})
 	left := map[string]bool{}
 	for _, p := range e.pods() {
