@@ -199,7 +199,8 @@ step "component images" component_images
 step "node root filesystem" node_rootfs
 step "preload images into the node" preload
 # Older node images are 1.2 GB each: drop those no container uses.
-docker images "$NODE_IMAGE_REPO" --format '{{.Repository}}:{{.Tag}}' | grep -vxF "$NODE_IMAGE" |
+# (grep finds nothing when this is the only one: not an error.)
+docker images "$NODE_IMAGE_REPO" --format '{{.Repository}}:{{.Tag}}' | { grep -vxF "$NODE_IMAGE" || true; } |
 	while read -r old; do docker rmi "$old" >/dev/null 2>&1 || true; done
 log "node image: $NODE_IMAGE"
 echo "$NODE_IMAGE"
