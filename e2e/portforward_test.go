@@ -30,6 +30,16 @@ const servicePort = 8080
 // base URL. The forward stops when the test ends.
 func forwardToService(ctx context.Context, t *testing.T, cfg *envconf.Config) string {
 	t.Helper()
+	base, _ := forwardToServe(ctx, t, cfg, podReady)
+	return base
+}
+
+// forwardToServe port-forwards a local port to the first pod of the sandbox
+// Deployment that pick accepts, waiting for one, and returns the base URL
+// and the pod's name. Tests that need a serve pod that is not Ready (its
+// pool empty on purpose) pick it by another rule.
+func forwardToServe(ctx context.Context, t *testing.T, cfg *envconf.Config, pick func(corev1.Pod) bool) (string, string) {
+	t.Helper()
 	if err := ServiceErr(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +67,7 @@ func forwardToService(ctx context.Context, t *testing.T, cfg *envconf.Config) st
 		}
 		seen = len(pods.Items)
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && podReady(p) {
+			if p.DeletionTimestamp == nil && pick(p) {
 				pod = p.Name
 				return true, nil
 			}
@@ -65,7 +75,7 @@ func forwardToService(ctx context.Context, t *testing.T, cfg *envconf.Config) st
 		return false, nil
 	}, wait.WithContext(ctx), wait.WithTimeout(3*time.Minute), wait.WithInterval(time.Second))
 	if err != nil {
-		t.Fatalf("no Ready pod of deployment %s (%d pods): %v", kindenv.Deployment, seen, err)
+		t.Fatalf("no suitable pod of deployment %s (%d pods): %v", kindenv.Deployment, seen, err)
 	}
 
 	transport, upgrader, err := spdy.RoundTripperFor(r.GetConfig())
@@ -97,7 +107,7 @@ func forwardToService(ctx context.Context, t *testing.T, cfg *envconf.Config) st
 		t.Fatalf("port-forward ports: %v", err)
 	}
 	t.Logf("service pod %s forwarded to 127.0.0.1:%d", pod, ports[0].Local)
-	return fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local)
+	return fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local), pod
 }
 
 func podReady(p corev1.Pod) bool {

@@ -193,10 +193,21 @@ func binaryAccepts(ctx context.Context, mode, flag string) bool {
 // accept it.
 type knob struct{ mode, flag string }
 
-// weaken patches the serve Deployment's args (and the namespace's Pod
-// Security level when asked), waits for the rollout and a warm pool made by
-// the new pods, and returns the function that undoes it.
-func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel string) func() {
+// serveChange is a temporary change to the serve Deployment.
+type serveChange struct {
+	args []string // appended to serve's args
+	psa  string   // the namespace's Pod Security enforce level meanwhile; "" keeps it
+	// coldPool says the changed pool never gets a Ready pod (on purpose):
+	// the rollout is done when the new serve pod's pool has a Running pod,
+	// and the serve pod itself is never Ready.
+	coldPool bool
+}
+
+// weaken applies ch to the serve Deployment (and namespace), waits for the
+// rollout and the new serve pod's pool, and returns the function that undoes
+// it. When the change does not roll out it undoes it before failing: a
+// Setup that fails never reaches its feature's Teardown.
+func weaken(ctx context.Context, t *testing.T, ch serveChange) func() {
 	t.Helper()
 	cs := clientset(ctx, t)
 	deps := cs.AppsV1().Deployments(kindenv.Namespace)
@@ -212,8 +223,8 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 		t.Fatal(err)
 	}
 	origPSA := ns.Labels["pod-security.kubernetes.io/enforce"]
-	if psaLevel != "" {
-		ns.Labels["pod-security.kubernetes.io/enforce"] = psaLevel
+	if ch.psa != "" {
+		ns.Labels["pod-security.kubernetes.io/enforce"] = ch.psa
 		if _, err := nsClient.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +232,7 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 	// Recreate, not a rolling update: on a 2-CPU node a surge replica's
 	// pool may find no room while the old replica's warm pods hold the CPU,
 	// and the rollout never completes.
-	setArgs := func(args []string, strategy appsv1.DeploymentStrategy) error {
+	setArgs := func(args []string, strategy appsv1.DeploymentStrategy, cold bool) error {
 		d, err := deps.Get(ctx, kindenv.Deployment, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -231,20 +242,17 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 		if _, err := deps.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		return waitRollout(ctx, cs)
+		return waitRollout(ctx, cs, cold)
 	}
 	recreate := appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
-	if err := setArgs(append(append([]string(nil), origArgs...), extraArgs...), recreate); err != nil {
-		t.Fatalf("weaken serve with %v: %v", extraArgs, err)
-	}
-	return func() {
-		if err := setArgs(origArgs, recreate); err != nil {
+	restore := func() {
+		if err := setArgs(origArgs, recreate, false); err != nil {
 			t.Errorf("restore serve args: %v", err)
 		}
 		if err := setStrategy(ctx, cs, origStrategy); err != nil {
 			t.Errorf("restore the Deployment strategy: %v", err)
 		}
-		if psaLevel != "" {
+		if ch.psa != "" {
 			if ns, err := nsClient.Get(ctx, kindenv.Namespace, metav1.GetOptions{}); err == nil {
 				ns.Labels["pod-security.kubernetes.io/enforce"] = origPSA
 				if _, err := nsClient.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
@@ -253,13 +261,19 @@ func weaken(ctx context.Context, t *testing.T, extraArgs []string, psaLevel stri
 			}
 		}
 	}
+	if err := setArgs(append(append([]string(nil), origArgs...), ch.args...), recreate, ch.coldPool); err != nil {
+		restore()
+		t.Fatalf("redeploy serve with %v: %v", ch.args, err)
+	}
+	return restore
 }
 
 // waitRollout waits, as `kubectl rollout status` does, until every replica
-// runs the current template and is available, and then until the new serve
-// pod's own pool has a Ready sandbox pod (an old replica's warm pods do not
-// count: they were made from the old template).
-func waitRollout(ctx context.Context, cs kubernetes.Interface) error {
+// runs the current template (and, unless cold, is available), and then
+// until the new serve pod's own pool has a Ready sandbox pod -- or, when
+// cold, a Running one (an old replica's warm pods do not count: they were
+// made from the old template).
+func waitRollout(ctx context.Context, cs kubernetes.Interface, cold bool) error {
 	return wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		d, err := cs.AppsV1().Deployments(kindenv.Namespace).Get(ctx, kindenv.Deployment, metav1.GetOptions{})
 		if err != nil {
@@ -270,7 +284,7 @@ func waitRollout(ctx context.Context, cs kubernetes.Interface) error {
 			want = *d.Spec.Replicas
 		}
 		st := d.Status
-		if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.Replicas != want || st.AvailableReplicas != want {
+		if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.Replicas != want || (!cold && st.AvailableReplicas != want) {
 			return false, nil
 		}
 		serves, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{
@@ -290,12 +304,8 @@ func waitRollout(ctx context.Context, cs kubernetes.Interface) error {
 			return false, nil //nolint:nilerr // retry until the deadline
 		}
 		for _, p := range snippets.Items {
-			if owners[p.Labels["sandbox.dev/owner"]] && p.Status.Phase == corev1.PodRunning {
-				for _, c := range p.Status.Conditions {
-					if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-						return true, nil
-					}
-				}
+			if owners[p.Labels["sandbox.dev/owner"]] && p.Status.Phase == corev1.PodRunning && (cold || podReady(p)) {
+				return true, nil
 			}
 		}
 		return false, nil
@@ -331,7 +341,7 @@ func weakenedFeature(name string, knobs []knob, extraArgs []string, psa string, 
 					t.Skipf("sandbox %s has no %s knob yet (requested in notes/requests.md): this weakened deployment cannot be built", k.mode, k.flag)
 				}
 			}
-			return context.WithValue(ctx, restoreKey{}, weaken(ctx, t, extraArgs, psa))
+			return context.WithValue(ctx, restoreKey{}, weaken(ctx, t, serveChange{args: extraArgs, psa: psa}))
 		}).
 		Assess("the matching checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			rep := runVerify(ctx, t, "--only", only)

@@ -1,0 +1,481 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/e2e-framework/klient/wait"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/kube"
+)
+
+// Deadlines of the pool tests. A sandbox pod takes a few seconds from create
+// to Ready on the 2-CPU kind node, several at once somewhat longer.
+const (
+	// refillDeadline: the pool is back to its target after a claim.
+	refillDeadline = 90 * time.Second
+	// verdictDeadline: a run whose pod was deleted is answered within this of
+	// the delete (the pool waits at most 10 s for the pod's status).
+	verdictDeadline = 15 * time.Second
+	// gcDeadline: a dead serve pod's sandbox pods are gone.
+	gcDeadline = 2 * time.Minute
+	// newServeDeadline: a replacement serve pod is Ready with a full pool.
+	newServeDeadline = 3 * time.Minute
+)
+
+// poolPods lists the sandbox pods whose pool belongs to serve pod owner.
+func poolPods(ctx context.Context, cs kubernetes.Interface, owner string) ([]corev1.Pod, error) {
+	l, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: kube.OwnerSelector(owner).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list sandbox pods of %s: %w", owner, err)
+	}
+	return l.Items, nil
+}
+
+// supply counts a pool's pods as the pool should: warm are Ready and
+// unclaimed, live are unclaimed and not going away (warm or starting).
+func supply(pods []corev1.Pod) (warm, live int) {
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || kube.IsFinished(p) || p.Labels[kube.LabelClaimedBy] != "" {
+			continue
+		}
+		live++
+		if kube.IsReady(p) {
+			warm++
+		}
+	}
+	return warm, live
+}
+
+// waitWarm waits until owner's pool has target warm pods. Meanwhile it
+// fails the test if the pool ever keeps more than target unclaimed pods (it
+// must never over-create).
+func waitWarm(ctx context.Context, t *testing.T, cs kubernetes.Interface, owner string, target int, deadline time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var warm, live, most int
+	err := wait.For(func(ctx context.Context) (bool, error) {
+		pods, err := poolPods(ctx, cs, owner)
+		if err != nil {
+			return false, err
+		}
+		warm, live = supply(pods)
+		most = max(most, live)
+		return warm == target, nil
+	}, wait.WithContext(ctx), wait.WithTimeout(deadline), wait.WithInterval(250*time.Millisecond))
+	if err != nil {
+		t.Fatalf("pool of %s: %d warm of %d (%d unclaimed) after %s: %v", owner, warm, target, live, deadline, err)
+	}
+	if most > target {
+		t.Errorf("pool of %s over-created: %d unclaimed pods at once, target %d", owner, most, target)
+	}
+	return time.Since(start)
+}
+
+// poolTarget reads the pool's target size from the service's /metrics.
+func poolTarget(ctx context.Context, t *testing.T, base string) int {
+	t.Helper()
+	const name = "sandbox_pool_target_pods"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || f < 1 {
+				t.Fatalf("/metrics: %s %q", name, v)
+			}
+			return int(f)
+		}
+	}
+	t.Fatalf("/metrics has no %s (%v)", name, sc.Err())
+	return 0
+}
+
+// reply is one raw answer of POST /v1/execute.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+	took   time.Duration
+}
+
+// errorMsg is the "error" field of a JSON error body, or the raw body.
+func (r reply) errorMsg() string {
+	var eb api.ErrorBody
+	if json.Unmarshal(r.body, &eb) == nil && eb.Error != "" {
+		return eb.Error
+	}
+	return string(r.body)
+}
+
+func (r reply) String() string {
+	return fmt.Sprintf("%d after %s: %s", r.status, r.took.Round(time.Millisecond), clipOut(string(r.body)))
+}
+
+// post sends one execution and returns whatever answered, without the
+// retries of execute: these tests judge the answer itself. It does not call
+// t, so a goroutine may use it.
+func post(ctx context.Context, base, code string, timeoutS int) (reply, error) {
+	body, err := json.Marshal(api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+	if err != nil {
+		return reply{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/execute", bytes.NewReader(body))
+	if err != nil {
+		return reply{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST /v1/execute: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return reply{}, fmt.Errorf("read answer: %w", err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: raw, took: time.Since(start)}, nil
+}
+
+// poolKey holds the serve pod a pool test talks to.
+type poolKey struct{}
+
+type poolEnv struct {
+	base   string // forwarded URL of the serve pod
+	owner  string // its name: the owner of its sandbox pods
+	target int    // its pool's target size
+	cs     kubernetes.Interface
+}
+
+func poolOf(ctx context.Context) poolEnv { return ctx.Value(poolKey{}).(poolEnv) }
+
+// withFullPool forwards to the Ready serve pod and waits until its pool is
+// at its target, so each test starts from a full pool whatever ran before.
+func withFullPool(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+	base, owner := forwardToServe(ctx, t, cfg, podReady)
+	pe := poolEnv{base: base, owner: owner, target: poolTarget(ctx, t, base), cs: clientset(ctx, t)}
+	waitWarm(ctx, t, pe.cs, pe.owner, pe.target, refillDeadline)
+	return context.WithValue(ctx, poolKey{}, pe)
+}
+
+func TestPoolRefill(t *testing.T) {
+	f := features.New("the pool refills to its target after an execution").
+		WithLabel("needs", "service").
+		Setup(withFullPool).
+		Assess("target warm pods again and the used pod gone", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			pe := poolOf(ctx)
+			res := execute(ctx, t, pe.base, hostnameCode, 20)
+			if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != res.SandboxID {
+				t.Fatalf("exit %d, stdout %q, sandbox_id %q", res.ExitCode, res.Stdout, res.SandboxID)
+			}
+			took := waitWarm(ctx, t, pe.cs, pe.owner, pe.target, refillDeadline)
+			err := wait.For(func(ctx context.Context) (bool, error) {
+				_, err := pe.cs.CoreV1().Pods(kindenv.Namespace).Get(ctx, res.SandboxID, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return true, nil
+				}
+				return false, err
+			}, wait.WithContext(ctx), wait.WithTimeout(refillDeadline), wait.WithInterval(250*time.Millisecond))
+			if err != nil {
+				t.Fatalf("used pod %s not deleted: %v", res.SandboxID, err)
+			}
+			t.Logf("ran in %s; %d warm pods again %s after the answer; %s is gone",
+				res.SandboxID, pe.target, took.Round(time.Millisecond), res.SandboxID)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// sleepCode runs longer than any deadline of TestPoolPodDiesMidRun.
+const sleepCode = "import time; time.sleep(30)"
+
+func TestPoolPodDiesMidRun(t *testing.T) {
+	f := features.New("a pod deleted during a run gives a 5xx naming the reason").
+		WithLabel("needs", "service").
+		Setup(withFullPool).
+		Assess("502 naming the deletion, long before the snippet would end", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			pe := poolOf(ctx)
+			// Claims of earlier tests' runs (their pods on the way out) are
+			// not this run's.
+			before, err := poolPods(ctx, pe.cs, pe.owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			earlier := map[string]bool{}
+			for _, p := range before {
+				if p.Labels[kube.LabelClaimedBy] != "" {
+					earlier[p.Name] = true
+				}
+			}
+
+			rctx, cancel := context.WithCancel(ctx)
+			var (
+				r    reply
+				rerr error
+			)
+			answered := make(chan struct{})
+			go func() {
+				defer close(answered)
+				r, rerr = post(rctx, pe.base, sleepCode, 40)
+			}()
+			// Whatever happens below, the request ends before the test does.
+			defer func() {
+				cancel()
+				<-answered
+			}()
+
+			// The claimed pod whose runner took the job: its readiness turns
+			// false once the job is taken, so deleting it now is mid-run (a
+			// pod deleted before the job reached it is silently replaced).
+			var victim *corev1.Pod
+			err = wait.For(func(ctx context.Context) (bool, error) {
+				pods, err := poolPods(ctx, pe.cs, pe.owner)
+				if err != nil {
+					return false, err
+				}
+				for i := range pods {
+					p := &pods[i]
+					if p.Labels[kube.LabelClaimedBy] != "" && !earlier[p.Name] && p.DeletionTimestamp == nil &&
+						p.Status.Phase == corev1.PodRunning && !podReady(*p) {
+						victim = p
+						return true, nil
+					}
+				}
+				return false, nil
+			}, wait.WithContext(ctx), wait.WithTimeout(20*time.Second), wait.WithInterval(100*time.Millisecond))
+			if err != nil {
+				t.Fatalf("no claimed pod running the job: %v", err)
+			}
+			zero := int64(0)
+			if err := pe.cs.CoreV1().Pods(kindenv.Namespace).Delete(ctx, victim.Name, metav1.DeleteOptions{
+				GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &victim.UID}}); err != nil {
+				t.Fatalf("delete claimed pod %s: %v", victim.Name, err)
+			}
+			deleted := time.Now()
+
+			select {
+			case <-answered:
+			case <-time.After(verdictDeadline):
+				t.Fatalf("no answer %s after deleting %s mid-run", verdictDeadline, victim.Name)
+			}
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			after := time.Since(deleted)
+			t.Logf("deleted %s mid-run; answer %s after the delete: %s", victim.Name, after.Round(time.Millisecond), r)
+			if r.status < 500 {
+				t.Errorf("status %d, want a 5xx: %s", r.status, r)
+			}
+			if msg := r.errorMsg(); !strings.Contains(msg, victim.Name) || !strings.Contains(msg, "deleted") {
+				t.Errorf("error %q does not name the pod %s and its deletion", msg, victim.Name)
+			}
+			if r.took >= 30*time.Second {
+				t.Errorf("answered after %s: the run was not cut short", r.took)
+			}
+
+			// The pool makes up for the lost pod.
+			took := waitWarm(ctx, t, pe.cs, pe.owner, pe.target, refillDeadline)
+			t.Logf("pool full again %s later", took.Round(time.Millisecond))
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// emptyPool redeploys serve with a pool that never has a Ready pod: its
+// runners listen on another port than the one their readiness probe (and
+// the pool) use, so its one pod stays Running and not Ready. (--pool-size 0
+// is refused by serve.)
+var emptyPool = serveChange{
+	args:     []string{"--pool-size=1", "--pool-wait=2s", "--runner-arg=--listen=:8081"},
+	coldPool: true,
+}
+
+const (
+	emptyPoolWait = 2 * time.Second
+	noCapacityMsg = "no warm sandbox pod available, try again shortly"
+)
+
+func TestPoolEmpty503(t *testing.T) {
+	f := features.New("an empty pool answers 503 with Retry-After after --pool-wait").
+		WithLabel("needs", "service").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			if err := ServiceErr(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ctx = context.WithValue(ctx, restoreKey{}, weaken(ctx, t, emptyPool))
+			running := func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
+			base, owner := forwardToServe(ctx, t, cfg, running)
+			return context.WithValue(ctx, poolKey{}, poolEnv{base: base, owner: owner, cs: clientset(ctx, t)})
+		}).
+		Assess("503, Retry-After and the message after the wait", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			pe := poolOf(ctx)
+			pods, err := poolPods(ctx, pe.cs, pe.owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if warm, live := supply(pods); len(pods) == 0 || warm != 0 || live == 0 {
+				t.Fatalf("pool of %s: %d pods, %d warm, %d unclaimed; want only pods that never get Ready", pe.owner, len(pods), warm, live)
+			}
+			r, err := post(ctx, pe.base, `print("never runs")`, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("answer: %s, Retry-After %q", r, r.header.Get("Retry-After"))
+			if r.status != http.StatusServiceUnavailable {
+				t.Errorf("status %d, want 503", r.status)
+			}
+			if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 {
+				t.Errorf("Retry-After %q, want a number of seconds", r.header.Get("Retry-After"))
+			}
+			if msg := r.errorMsg(); msg != noCapacityMsg {
+				t.Errorf("error %q, want %q", msg, noCapacityMsg)
+			}
+			if r.took < emptyPoolWait || r.took > 5*time.Second {
+				t.Errorf("answered after %s, want after the %s wait and within 5 s", r.took, emptyPoolWait)
+			}
+			// Its readiness says the same, so the Service sends it nothing.
+			srv, err := pe.cs.CoreV1().Pods(kindenv.Namespace).Get(ctx, pe.owner, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if podReady(*srv) {
+				t.Errorf("serve pod %s is Ready with an empty pool", pe.owner)
+			}
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if restore, ok := ctx.Value(restoreKey{}).(func()); ok {
+				restore()
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// ownedBy reports whether a sandbox pod belongs to the serve pod name/uid,
+// by label or by ownerReference.
+func ownedBy(p *corev1.Pod, name string, uid types.UID) bool {
+	if p.Labels[kube.LabelOwner] == kube.LabelValue(name) {
+		return true
+	}
+	for _, r := range p.OwnerReferences {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPoolServeDies(t *testing.T) {
+	f := features.New("a dead serve pod leaves no sandbox pods behind").
+		WithLabel("needs", "service").
+		Setup(withFullPool).
+		Assess("its pods are collected and the new serve pod fills its own pool", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			pe := poolOf(ctx)
+			pods := pe.cs.CoreV1().Pods(kindenv.Namespace)
+			old, err := pods.Get(ctx, pe.owner, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mine, err := poolPods(ctx, pe.cs, old.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range mine {
+				refs := p.OwnerReferences
+				if len(refs) != 1 || refs[0].Kind != "Pod" || refs[0].Name != old.Name || refs[0].UID != old.UID {
+					t.Errorf("sandbox pod %s: ownerReferences %+v, want the serve pod %s (uid %s)", p.Name, refs, old.Name, old.UID)
+				}
+			}
+
+			// Grace 0: the pod object goes at once, as after a node loss,
+			// and its bound service-account token with it, so the dying
+			// serve's own shutdown cannot delete its pods (its deletes get
+			// Unauthorized): the garbage collector (and the next serve's
+			// janitor) must.
+			zero := int64(0)
+			if err := pods.Delete(ctx, old.Name, metav1.DeleteOptions{
+				GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &old.UID}}); err != nil {
+				t.Fatalf("delete serve pod %s: %v", old.Name, err)
+			}
+			start := time.Now()
+			var left []string
+			err = wait.For(func(ctx context.Context) (bool, error) {
+				l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: kube.RunnerSelector().String()})
+				if err != nil {
+					return false, err
+				}
+				left = left[:0]
+				for i := range l.Items {
+					if ownedBy(&l.Items[i], old.Name, old.UID) {
+						left = append(left, l.Items[i].Name)
+					}
+				}
+				return len(left) == 0, nil
+			}, wait.WithContext(ctx), wait.WithTimeout(gcDeadline), wait.WithInterval(250*time.Millisecond))
+			if err != nil {
+				t.Fatalf("pods of the dead serve %s remain after %s: %v: %v", old.Name, gcDeadline, left, err)
+			}
+			t.Logf("the %d sandbox pods of %s were gone %s after it", len(mine), old.Name, time.Since(start).Round(time.Millisecond))
+
+			newer := func(p corev1.Pod) bool { return p.UID != old.UID && podReady(p) }
+			_, owner := forwardToServe(ctx, t, cfg, newer)
+			took := waitWarm(ctx, t, pe.cs, owner, pe.target, newServeDeadline)
+			srv, err := pods.Get(ctx, owner, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := poolPods(ctx, pe.cs, owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range fresh {
+				if !ownedBy(&p, srv.Name, srv.UID) || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].UID != srv.UID {
+					t.Errorf("sandbox pod %s of the new serve %s: ownerReferences %+v", p.Name, owner, p.OwnerReferences)
+				}
+			}
+			l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: kube.RunnerSelector().String()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range l.Items {
+				if ownedBy(&l.Items[i], old.Name, old.UID) {
+					t.Errorf("sandbox pod %s of the dead serve %s is back", l.Items[i].Name, old.Name)
+				}
+			}
+			t.Logf("new serve pod %s has %d warm pods of its own, %s after Ready", owner, pe.target, took.Round(time.Millisecond))
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
