@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -247,12 +248,19 @@ func (p *Pool) shutdown() {
 		names[n] = true
 	}
 	p.mu.Unlock()
+	// Count what really went: after a forced delete of the serve pod its
+	// token is already void, and the garbage collector cleans up instead.
 	var wg sync.WaitGroup
+	var failed atomic.Int64
 	for name := range names {
-		wg.Go(func() { _ = p.deletePod(ctx, name, "shutdown") })
+		wg.Go(func() {
+			if p.deletePod(ctx, name, "shutdown") != nil {
+				failed.Add(1)
+			}
+		})
 	}
 	wg.Wait()
-	p.log.Info("pool stopped", "deleted_pods", len(names))
+	p.log.Info("pool stopped", "deleted_pods", int64(len(names))-failed.Load(), "failed_deletes", failed.Load())
 }
 
 // beginShutdown refuses new claims and wakes every waiting request.
