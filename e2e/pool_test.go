@@ -16,11 +16,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/e2e-framework/klient/wait"
+	"sigs.k8s.io/e2e-framework/klient/wait/conditions"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -193,20 +193,16 @@ func TestPoolRefill(t *testing.T) {
 	f := features.New("the pool refills to its target after an execution").
 		WithLabel("needs", "service").
 		Setup(withFullPool).
-		Assess("target warm pods again and the used pod gone", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		Assess("target warm pods again and the used pod gone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			pe := poolOf(ctx)
 			res := execute(ctx, t, pe.base, hostnameCode, 20)
 			if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != res.SandboxID {
 				t.Fatalf("exit %d, stdout %q, sandbox_id %q", res.ExitCode, res.Stdout, res.SandboxID)
 			}
 			took := waitWarm(ctx, t, pe.cs, pe.owner, pe.target, refillDeadline)
-			err := wait.For(func(ctx context.Context) (bool, error) {
-				_, err := pe.cs.CoreV1().Pods(kindenv.Namespace).Get(ctx, res.SandboxID, metav1.GetOptions{})
-				if apierrors.IsNotFound(err) {
-					return true, nil
-				}
-				return false, err
-			}, wait.WithContext(ctx), wait.WithTimeout(refillDeadline), wait.WithInterval(250*time.Millisecond))
+			used := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: res.SandboxID, Namespace: kindenv.Namespace}}
+			err := wait.For(conditions.New(cfg.Client().Resources()).ResourceDeleted(used),
+				wait.WithContext(ctx), wait.WithTimeout(refillDeadline), wait.WithInterval(250*time.Millisecond))
 			if err != nil {
 				t.Fatalf("used pod %s not deleted: %v", res.SandboxID, err)
 			}
