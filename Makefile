@@ -23,10 +23,11 @@ unit:
 
 # bench runs every benchmark (the runner's overhead over bare python3, the
 # API's latency) and prints a table in milliseconds; the raw output, for
-# benchstat, is in bin/bench.txt.
+# benchstat, is in bin/bench.txt. One package at a time (-p 1): benchmarks
+# of two packages side by side on two cores measure each other.
 bench:
 	@mkdir -p bin
-	@$(GO) test -run '^$$' -bench . -benchmem ./... > bin/bench.txt 2>&1; status=$$?; \
+	@$(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime 2s ./... > bin/bench.txt 2>&1; status=$$?; \
 	grep -v '^Benchmark' bin/bench.txt; echo; \
 	awk 'BEGIN { printf "%-52s %12s  %s\n", "benchmark", "ms/op", "metrics" } \
 	  /^Benchmark/ { printf "%-52s %12.3f ", $$1, $$3 / 1e6; \
