@@ -1,10 +1,15 @@
 package modes_test
 
 import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -68,6 +73,84 @@ func BenchmarkRunOverhead(b *testing.B) {
 		b.ReportMetric(float64((mr - mp).Nanoseconds()), "overhead-median-ns")
 		b.ReportMetric(float64((mo - mp).Nanoseconds()), "runneronly-overhead-median-ns")
 	})
+}
+
+// BenchmarkRunnerFirstJob is what a warm pod's runner adds to a job: each
+// iteration starts `sandbox run` serving HTTP (as the pod does), waits until
+// it is ready, and times one print(1) job over a new connection, whose
+// answer is the runner's first and only. "interleaved" alternates it with
+// bare python3 and reports the medians; the target is the same 5 ms.
+func BenchmarkRunnerFirstJob(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds the binary")
+	}
+	dir := b.TempDir()
+	bin := buildBinary(b, dir, "sandbox", "github.com/sandboxd/sandbox")
+	python, err := osexec.LookPath("/usr/bin/python3")
+	if err != nil {
+		b.Skip("no python3 at /usr/bin/python3, the runner's")
+	}
+	body := []byte(`{"code": "print(1)"}`)
+	var tp, tj []time.Duration
+	for i := 0; b.Loop(); i++ {
+		tp = append(tp, timed(func() { mustRun(b, python, "-c", "print(1)") }))
+		tj = append(tj, firstJob(b, bin, filepath.Join(dir, strconv.Itoa(i)), body))
+	}
+	mp, mj := median(tp), median(tj)
+	b.ReportMetric(float64(mp.Nanoseconds()), "python-median-ns")
+	b.ReportMetric(float64(mj.Nanoseconds()), "job-median-ns")
+	b.ReportMetric(float64((mj - mp).Nanoseconds()), "overhead-median-ns")
+}
+
+// firstJob starts a runner with its own working directory, waits for it to
+// be ready and returns how long its one job took, request to answer.
+func firstJob(b *testing.B, bin, workdir string, body []byte) time.Duration {
+	if err := os.Mkdir(workdir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	addr := freeAddr(b)
+	cmd := osexec.Command(bin, "run", "--listen", addr, "--workdir", workdir, "--sandbox-id", "bench")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill() // a no-op once the runner exited after its job
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Since(start) > 10*time.Second {
+			b.Fatalf("runner at %s not ready after 10s: %v", addr, err)
+		}
+	}
+	t := time.Now()
+	resp, err := client.Post("http://"+addr+"/v1/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t)
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(`"stdout":"1\n"`)) {
+		b.Fatalf("job: %d %q %v", resp.StatusCode, out, err)
+	}
+	return d
+}
+
+// freeAddr returns a loopback address with a port nothing listens on now.
+func freeAddr(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // buildBinary builds pkg as dir/name, stripped as the Makefile builds it.
