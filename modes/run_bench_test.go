@@ -78,8 +78,9 @@ func BenchmarkRunOverhead(b *testing.B) {
 // BenchmarkRunnerFirstJob is what a warm pod's runner adds to a job: each
 // iteration starts `sandbox run` serving HTTP (as the pod does), waits until
 // it is ready, and times one print(1) job over a new connection, whose
-// answer is the runner's first and only. "interleaved" alternates it with
-// bare python3 and reports the medians; the target is the same 5 ms.
+// answer is the runner's first and only. It alternates with bare python3, so
+// that both see the same load, and reports the medians; the target is the
+// same 5 ms.
 func BenchmarkRunnerFirstJob(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds the binary")
@@ -113,8 +114,10 @@ func firstJob(b *testing.B, bin, workdir string, body []byte) time.Duration {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	// The runner exits by itself after its job; the kill only cuts its
+	// shutdown short so that it does not overlap the next measurement.
 	defer cmd.Wait()
-	defer cmd.Process.Kill() // a no-op once the runner exited after its job
+	defer cmd.Process.Kill()
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	for start := time.Now(); ; time.Sleep(time.Millisecond) {
