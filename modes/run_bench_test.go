@@ -17,8 +17,8 @@ import (
 // BenchmarkRunOverhead compares `sandbox run --code-file` of print(1) with
 // bare `python3 -c 'print(1)'` on the same interpreter (the target: the
 // runner adds at most 5 ms at the median), and with the same command line of
-// runneronly, a binary that links nothing but the runner: the floor of any
-// runner process on this machine. The sub-benchmarks give each one's ns/op;
+// runneronly, a binary that links only the runner and kong: what a separate
+// runner binary would cost. The sub-benchmarks give each one's ns/op;
 // "interleaved" alternates the three so that all see the same machine load,
 // and reports their medians and the overheads over bare python.
 func BenchmarkRunOverhead(b *testing.B) {

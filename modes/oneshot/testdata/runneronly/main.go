@@ -1,7 +1,8 @@
 // Command runneronly is `sandbox run --code-file` and nothing else: package
 // oneshot's init answers that command line before main runs. It links only
-// the runner, so BenchmarkRunOverhead builds it to show the floor that the
-// one sandbox binary, which also links client-go, is measured against.
+// the runner and kong, so BenchmarkRunOverhead builds it to show what a
+// separate runner binary would cost beside the one sandbox binary, which also
+// links client-go.
 package main
 
 import (
