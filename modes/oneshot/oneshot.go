@@ -5,13 +5,15 @@
 // Go runs every package's init before main, and in this binary that is about
 // 10 ms of client-go, Prometheus and protobuf set-up that `run --code-file`
 // never uses, against a target of at most 5 ms over bare python3. The Go
-// spec fixes the order of package initialisation (sorted by import path, each
+// spec fixes the order of package initialisation (by import path, each
 // package after its imports), and this package imports only kong, exec and
-// the standard library, so its init runs before any of that. When the command
-// line is `sandbox run --code-file ...`, init runs the snippet and exits;
-// for anything else it returns and the binary starts as usual, so every
-// other command line, errors and --help included, is handled by package
-// modes alone. TestEarlyExitSkipsHeavyInit guards the order.
+// the standard library, so its init runs before the costly ones (client-go's
+// scheme, the API types, Prometheus); some small ones still come first.
+// When the command line is `sandbox run --code-file ...`, init runs the
+// snippet and exits; for anything else it returns and the binary starts as
+// usual, so every other command line, errors and --help included, is
+// handled by package modes alone. TestEarlyExitSkipsHeavyInit guards the
+// order.
 package oneshot
 
 import (
