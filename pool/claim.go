@@ -32,9 +32,15 @@ var errShuttingDown = &api.Error{
 // changed the pod since (another replica claimed it, the kubelet updated its
 // status), the API server answers Conflict and the next candidate is tried;
 // the pod comes back as a candidate when the informer shows its new state.
+//
+// The claim's API calls end at the same deadline: an API server that stops
+// answering gives the empty pool's 503, not a request that hangs. A patch
+// that still lands after that is a stale claim, which reconcile deletes.
 func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
+	apiCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 
 	// Claims start after the janitor ran (see Run).
 	select {
@@ -58,12 +64,16 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 		p.mu.Unlock()
 
 		for _, pod := range cands {
-			got, err := p.tryClaim(ctx, pod)
+			got, err := p.tryClaim(apiCtx, pod)
 			if err == nil {
 				return got, nil
 			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if apiCtx.Err() != nil {
+				p.log.Warn("claim sandbox pod: the API server did not answer before the pool wait ended", "pod", pod.Name, "err", err)
+				return nil, api.ErrNoCapacity
 			}
 			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && !errors.Is(err, errTaken) {
 				p.log.Warn("claim sandbox pod", "pod", pod.Name, "err", err)
