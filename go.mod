@@ -6,6 +6,7 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
+	k8s.io/streaming v0.37.2
 )
 
 require (
@@ -17,7 +18,6 @@ require (
 	go.opentelemetry.io/otel v1.36.0 // indirect
 	go.opentelemetry.io/otel/trace v1.36.0 // indirect
 	k8s.io/component-base v0.35.3 // indirect
-	k8s.io/streaming v0.37.2 // indirect
 	sigs.k8s.io/controller-runtime v0.23.3 // indirect
 )
 

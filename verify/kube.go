@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 )
 
 // Clients loads the kubeconfig (the user's, with the rights to create
@@ -67,9 +67,7 @@ func podExec(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns,
 	if err != nil {
 		return execResult{}, fmt.Errorf("exec in %s/%s: %w", ns, pod, err)
 	}
-	ex, err := remotecommand.NewFallbackExecutor(ws, sp, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	ex, err := remotecommand.NewFallbackExecutor(ws, sp, upgradeFailed)
 	if err != nil {
 		return execResult{}, fmt.Errorf("exec in %s/%s: %w", ns, pod, err)
 	}
@@ -150,9 +148,7 @@ func forwardService(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfa
 	}
 	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", req.URL())
 	if tunnel, err := portforward.NewSPDYOverWebsocketDialer(req.URL(), cfg); err == nil {
-		dialer = portforward.NewFallbackDialer(tunnel, dialer, func(err error) bool {
-			return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-		})
+		dialer = portforward.NewFallbackDialer(tunnel, dialer, upgradeFailed)
 	}
 	fctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan struct{})
@@ -236,4 +232,14 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + fmt.Sprintf("...(%d bytes)", len(s))
+}
+
+// upgradeFailed reports whether a WebSocket stream could not be opened
+// because the API server (or a proxy on the way) would not upgrade the
+// connection, in which case exec and port-forward fall back to SPDY.
+// client-go's WebSocket transport reports it with k8s.io/streaming's error
+// type; apimachinery's older httpstream package has a type of its own that
+// errors.As would never match.
+func upgradeFailed(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 }
