@@ -4,7 +4,7 @@ BIN     := bin/sandbox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/sandboxd/sandbox/modes.version=$(VERSION)
 
-.PHONY: build run test unit bench fmt vet clean
+.PHONY: build run test unit lint bench fmt vet clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
@@ -13,13 +13,22 @@ build:
 run: build
 	$(BIN) serve --backend local --listen 127.0.0.1:8080
 
-# test runs the unit tests, then the e2e suite on a fresh kind cluster.
-test: unit e2e
+# test runs the unit tests and the linters, then the e2e suite on a fresh kind
+# cluster.
+test: unit lint e2e
 
 # unit is the quick everyday target: no cluster, no Docker.
 unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# lint adds staticcheck (pinned, from the module proxy) to the unit target's
+# go vet, and covers the e2e suite's build tag too.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) vet -tags e2e ./e2e/
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags e2e ./e2e/...
 
 # bench runs every benchmark (the runner's overhead over bare python3, the
 # API's latency) and prints a table in milliseconds; the raw output, for
