@@ -37,18 +37,21 @@ var errShuttingDown = &api.Error{
 // answering gives the empty pool's 503, not a request that hangs. A patch
 // that still lands after that is a stale claim, which reconcile deletes.
 func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, error) {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	apiCtx, cancel := context.WithDeadline(ctx, deadline)
+	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	// ended says why wctx is done: the request went away, or the wait ran out.
+	ended := func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return api.ErrNoCapacity
+	}
 
 	// Claims start after the janitor ran (see Run).
 	select {
 	case <-p.started:
-	case <-timer.C:
-		return nil, api.ErrNoCapacity
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case <-wctx.Done():
+		return nil, ended()
 	case <-p.stopping:
 		return nil, errShuttingDown
 	}
@@ -64,16 +67,15 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 		p.mu.Unlock()
 
 		for _, pod := range cands {
-			got, err := p.tryClaim(apiCtx, pod)
+			got, err := p.tryClaim(wctx, pod)
 			if err == nil {
 				return got, nil
 			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if apiCtx.Err() != nil {
-				p.log.Warn("claim sandbox pod: the API server did not answer before the pool wait ended", "pod", pod.Name, "err", err)
-				return nil, api.ErrNoCapacity
+			if wctx.Err() != nil {
+				if ctx.Err() == nil {
+					p.log.Warn("claim sandbox pod: the API server did not answer before the pool wait ended", "pod", pod.Name, "err", err)
+				}
+				return nil, ended()
 			}
 			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && !errors.Is(err, errTaken) {
 				p.log.Warn("claim sandbox pod", "pod", pod.Name, "err", err)
@@ -82,10 +84,8 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 
 		select {
 		case <-changed:
-		case <-timer.C:
-			return nil, api.ErrNoCapacity
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		case <-wctx.Done():
+			return nil, ended()
 		}
 	}
 }
