@@ -3,7 +3,11 @@
 // entrypoint stays small and the guarantees it gives can be read in one place.
 package exec
 
-import "time"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
 
 // File is an input file written into the working directory before a run.
 type File struct {
@@ -30,4 +34,12 @@ type Result struct {
 	StderrTruncated bool   `json:"stderr_truncated"`
 	TimedOut        bool   `json:"timed_out"`
 	OOMKilled       bool   `json:"oom_killed"`
+}
+
+// LocalID returns a fresh sandbox id for a run outside any pod (the local
+// backend, `run --code-file`): 96 random bits, so ids never repeat.
+func LocalID() string {
+	var b [12]byte
+	rand.Read(b[:]) // never fails on Linux (Go 1.24+)
+	return "local-" + hex.EncodeToString(b[:])
 }

@@ -11,8 +11,6 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -255,7 +253,7 @@ func (b *Backend) run(ctx context.Context, job exec.Job, flags uintptr, cred *sy
 		Credential:  cred,
 		MemoryLimit: b.opts.MemoryLimit,
 	})
-	res.SandboxID = newID()
+	res.SandboxID = exec.LocalID()
 	return res, err
 }
 
@@ -337,11 +335,4 @@ func (b *Backend) RegisterMetrics(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
-}
-
-// newID returns a fresh sandbox id: 96 random bits, so ids never repeat.
-func newID() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return "local-" + hex.EncodeToString(b[:])
 }

@@ -18,8 +18,6 @@ package oneshot
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,7 +94,7 @@ func (c *Cmd) RunFile(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res.SandboxID = newLocalID()
+	res.SandboxID = exec.LocalID()
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(res)
@@ -149,11 +147,4 @@ func readCode(file string) (string, error) {
 		return "", fmt.Errorf("read code: %w", err)
 	}
 	return string(b), nil
-}
-
-// newLocalID returns a fresh sandbox id for a run outside any pod.
-func newLocalID() string {
-	var b [8]byte
-	rand.Read(b[:]) // never fails on Linux (Go 1.24+)
-	return "local-" + hex.EncodeToString(b[:])
 }
