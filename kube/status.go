@@ -82,6 +82,21 @@ func DeathOf(pod *corev1.Pod, gone bool) Death {
 	return Death{}
 }
 
+// ExitedCleanly reports a runner that ended by itself with code 0, as it
+// does right after answering its one job: the end of a run, not a death
+// during one.
+func ExitedCleanly(pod *corev1.Pod) bool {
+	if pod == nil || !isBenign(pod) || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == RunnerContainer && cs.State.Terminated != nil {
+			return cs.State.Terminated.ExitCode == 0 && cs.State.Terminated.Reason != "OOMKilled"
+		}
+	}
+	return false
+}
+
 // isBenign reports a pod whose only trouble is its own container's exit:
 // no eviction, disruption or deletion that would explain it better.
 func isBenign(pod *corev1.Pod) bool {

@@ -168,7 +168,10 @@ func (e *env) waitWarm(n int) {
 	e.t.Helper()
 	e.eventually("warm pool of "+strconv.Itoa(n), func() bool {
 		_, ready := e.warm()
-		return ready == n && e.pool.Ready()
+		e.pool.mu.Lock()
+		cached := e.pool.readyCountLocked()
+		e.pool.mu.Unlock()
+		return ready == n && cached == n
 	})
 }
 
@@ -199,6 +202,9 @@ func setReady(pod *corev1.Pod) {
 
 func setTerminated(pod *corev1.Pod, reason string, code int32) {
 	pod.Status.Phase = corev1.PodFailed
+	if code == 0 {
+		pod.Status.Phase = corev1.PodSucceeded // restartPolicy Never
+	}
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
 		Name:  kube.RunnerContainer,

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -88,6 +89,8 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout+runSlack)
 	defer cancel()
+	rctx, died := context.WithCancelCause(rctx)
+	defer p.watchRun(rctx, pod.Name, died)()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+"/v1/execute", bytes.NewReader(body))
 	if err != nil {
 		return exec.Result{}, fmt.Errorf("build runner request: %w", err)
@@ -134,6 +137,45 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	}
 	res.SandboxID = pod.Name
 	return res, nil
+}
+
+// watchRun ends a run's request, with the pod's death as the cause, as
+// soon as the informer shows the pod dead (its runner exited with an error
+// or was OOM-killed, the pod was deleted, evicted or failed): the broken
+// connection that would otherwise tell may come late, or, from a lost node,
+// never. verdict then names the death. A runner's clean exit follows its
+// answer and is left alone. The returned func stops the watch and waits
+// for it.
+func (p *Pool) watchRun(ctx context.Context, name string, died context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			p.mu.Lock()
+			pod, err := p.lister.Get(name)
+			gone := err != nil
+			if gone {
+				pod = p.gone[name]
+			}
+			changed := p.changed
+			p.mu.Unlock()
+			if d := kube.DeathOf(pod, gone); d.Dead && !kube.ExitedCleanly(pod) {
+				died(fmt.Errorf("sandbox pod %s died during the run: %s", name, d.Reason))
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // errorBody reads a runner's {"error": ...} answer, or a snippet of it.

@@ -105,6 +105,7 @@ type Pool struct {
 	unschedulable map[string]bool        // pods already reported as unschedulable
 	changed       chan struct{}          // closed and replaced on every pod event
 	closing       bool                   // shutdown began: no new claims
+	empty         bool                   // no warm pod at the last event: logged on each change
 	inflight      sync.WaitGroup         // executions under way
 	bg            sync.WaitGroup         // deletes off the request path
 }
@@ -162,6 +163,7 @@ func New(o Options) (*Pool, error) {
 		createdAt:     map[string]time.Time{},
 		unschedulable: map[string]bool{},
 		changed:       make(chan struct{}),
+		empty:         true, // nothing to report until the first pod is Ready
 	}
 	if p.http == nil {
 		p.http = newRunnerClient(o.Dialer)
@@ -272,8 +274,13 @@ func (p *Pool) beginShutdown() {
 	p.stopOnce.Do(func() { close(p.stopping) })
 }
 
-// Ready reports whether a request could claim a pod now: the pool has at
-// least one Ready, unclaimed pod. It backs /readyz.
+// Ready reports whether this process can take a request: the informer's
+// cache synced, the janitor ran, and shutdown has not begun. It backs
+// /readyz, and so the Service's endpoints. It deliberately ignores whether a
+// warm pod exists right now: an empty pool is the normal state under load,
+// and a request that finds it empty waits up to Options.Wait and then gets
+// the documented 503, while an endpoint pulled from the Service would refuse
+// every client outright. The pool's supply is the ready gauge and a log line.
 func (p *Pool) Ready() bool {
 	select {
 	case <-p.started:
@@ -282,7 +289,7 @@ func (p *Pool) Ready() bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.closing && p.readyCountLocked() > 0
+	return !p.closing
 }
 
 // onPod is the informer's handler for every add, update and delete.
@@ -315,7 +322,16 @@ func (p *Pool) onPod(obj any, deleted bool) {
 				"pod", pod.Name, "reason", msg)
 		}
 	}
-	p.m.ready.Set(float64(p.readyCountLocked()))
+	ready := p.readyCountLocked()
+	p.m.ready.Set(float64(ready))
+	if empty := ready == 0; empty != p.empty {
+		p.empty = empty
+		if empty {
+			p.log.Info("warm pool empty: requests wait for a refill, up to the pool wait", "target", p.opts.Size)
+		} else {
+			p.log.Info("warm pool has a ready pod again", "ready", ready, "target", p.opts.Size)
+		}
+	}
 	p.broadcastLocked()
 	p.mu.Unlock()
 	p.poke()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -169,8 +170,8 @@ func TestEmptyPoolWaitsThenNoCapacity(t *testing.T) {
 	if ae.Status != http.StatusServiceUnavailable || ae.RetryAfter == 0 {
 		t.Fatalf("status %d retry-after %v", ae.Status, ae.RetryAfter)
 	}
-	if e.pool.Ready() {
-		t.Fatal("Ready with no Ready pod")
+	if !e.pool.Ready() {
+		t.Fatal("not Ready with an empty pool: an empty pool must not take serve out of its Service")
 	}
 }
 
@@ -271,6 +272,58 @@ func TestPodDeletedMidRun(t *testing.T) {
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status < 500 || !strings.Contains(ae.Msg, "deleted") {
 		t.Fatalf("err = %#v, want a 5xx saying the pod was deleted", err)
+	}
+}
+
+// TestRunnerDeathEndsTheRunAtOnce: a runner that dies while its connection
+// stays open (a node gone silent, a kernel slow to reset) is answered as
+// soon as the pod's status says so, not at the run's deadline. Without the
+// watch this request would wait timeout_s + runSlack, 16 s, and the test
+// would fail at its 5 s bound.
+func TestRunnerDeathEndsTheRunAtOnce(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		for _, name := range e.claimedPods() {
+			e.updatePod(name, func(p *corev1.Pod) { setTerminated(p, "Error", 2) })
+		}
+		// The connection stays open until the pool gives up on it. (The
+		// server notices a closed connection only once the body is read.)
+		io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(30 * time.Second):
+		}
+	})
+	timeout := 1
+	start := time.Now()
+	_, err := e.pool.Execute(t.Context(), exec.Job{Code: "x", Timeout: time.Duration(timeout) * time.Second})
+	took := time.Since(start)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Msg, "exited with code 2") {
+		t.Fatalf("err = %#v, want a 502 naming the runner's exit", err)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("answered after %s: the pool waited for its deadline instead of the pod's status", took)
+	}
+}
+
+// TestCleanRunnerExitIsNotADeath: a runner exits 0 right after its answer;
+// the watch must not cut a body still being read.
+func TestCleanRunnerExitIsNotADeath(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		for _, name := range e.claimedPods() {
+			e.updatePod(name, func(p *corev1.Pod) { setTerminated(p, "Completed", 0) })
+		}
+		time.Sleep(200 * time.Millisecond) // the informer sees the exit before the answer
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"stdout":"ok\n","exit_code":0}`)
+	})
+	res, err := e.execute("print('ok')")
+	if err != nil || res.Stdout != "ok\n" {
+		t.Fatalf("result %+v, err %v: want the runner's answer", res, err)
 	}
 }
 
@@ -487,7 +540,11 @@ func TestReplacesStuckAndExpiringPods(t *testing.T) {
 	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
 	pods := e.pods()
 	e.updatePod(pods[0].Name, setReady)
-	e.eventually("one Ready", func() bool { return e.pool.Ready() })
+	e.eventually("one Ready in the pool's cache", func() bool {
+		e.pool.mu.Lock()
+		defer e.pool.mu.Unlock()
+		return e.pool.readyCountLocked() == 1
+	})
 
 	later := time.Now().Add(kube.ActiveDeadlineSeconds * time.Second)
 	pl := e.pool.plan(later)

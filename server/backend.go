@@ -13,6 +13,7 @@ import (
 // any other error is a 500 naming it.
 type Backend interface {
 	Execute(ctx context.Context, job exec.Job) (exec.Result, error)
-	// Ready reports whether an execution could start now; it backs /readyz.
+	// Ready reports whether this process can take a request (it may still
+	// have to wait for a sandbox); it backs /readyz.
 	Ready() bool
 }

@@ -64,7 +64,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	case s.draining.Load():
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
 	case !s.opts.Backend.Ready():
-		writeError(w, http.StatusServiceUnavailable, "backend not ready: no sandbox could start now")
+		writeError(w, http.StatusServiceUnavailable, "backend not ready: not started or shutting down")
 	default:
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
