@@ -17,6 +17,18 @@ for k in (r.RLIMIT_CORE, r.RLIMIT_FSIZE, r.RLIMIT_NPROC):
 	}
 }
 
+// TestSnippetYieldsToItsRunner: the snippet is the OOM killer's first
+// choice and, with Nice, the scheduler's last, so that a bomb leaves the
+// runner that shares its pod the memory and CPU to kill it. Without the
+// preamble's lines a fresh python3 reads 0 and 0 here.
+func TestSnippetYieldsToItsRunner(t *testing.T) {
+	res := run(t, Job{Code: `import os
+print(open("/proc/self/oom_score_adj").read().strip(), os.nice(0))`}, Options{Nice: 19})
+	if want := "1000 19\n"; res.Stdout != want {
+		t.Errorf("oom_score_adj and nice = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
+	}
+}
+
 func TestFileSizeLimit(t *testing.T) {
 	res := run(t, Job{Code: `open("big", "wb").write(b"x" * (2 << 20))`}, Options{MaxFileSize: 1 << 20})
 	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "File too large") {

@@ -24,6 +24,14 @@ import (
 // memCgroup is the memory cgroup directory of this process and whether it
 // is cgroup v2, or "" when there is none to read.
 func memCgroup() (dir string, v2 bool) {
+	return cgroupOf("memory", "memory.events", "memory.oom_control")
+}
+
+// cgroupOf finds this process's cgroup directory for controller: the v1
+// hierarchy of that controller when there is one, else the v2 one. v2File
+// and v1File are files the controller puts in each directory, to tell a
+// directory that is really there from a path that is the host's view.
+func cgroupOf(controller, v2File, v1File string) (dir string, v2 bool) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return "", false
@@ -37,20 +45,38 @@ func memCgroup() (dir string, v2 bool) {
 		switch {
 		case parts[0] == "0" && parts[1] == "":
 			d := "/sys/fs/cgroup" + parts[2]
-			if _, err := os.Stat(d + "/memory.events"); err == nil {
+			if _, err := os.Stat(d + "/" + v2File); err == nil {
 				dir, v2 = d, true
 			}
-		case hasController(parts[1], "memory"):
-			d := "/sys/fs/cgroup/memory" + parts[2]
-			if _, err := os.Stat(d + "/memory.oom_control"); err != nil {
+		case hasController(parts[1], controller):
+			d := "/sys/fs/cgroup/" + controller + parts[2]
+			if _, err := os.Stat(d + "/" + v1File); err != nil {
 				// In a container the path is often the host's view; the
 				// container's own cgroup is mounted at the root.
-				d = "/sys/fs/cgroup/memory"
+				d = "/sys/fs/cgroup/" + controller
 			}
 			return d, false
 		}
 	}
 	return dir, v2
+}
+
+// PidsLimit is the pids cgroup limit of this process (pids.max, v1 or v2),
+// or 0 when there is none or it cannot be read.
+func PidsLimit() int64 {
+	dir, _ := cgroupOf("pids", "pids.max", "pids.max")
+	if dir == "" {
+		return 0
+	}
+	b, err := os.ReadFile(dir + "/pids.max")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil { // "max"
+		return 0
+	}
+	return n
 }
 
 func hasController(list, name string) bool {

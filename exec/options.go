@@ -29,6 +29,11 @@ type Options struct {
 	MaxProcs int
 	// MaxFileSize is the child's RLIMIT_FSIZE in bytes; 0 means DefaultMaxFileSize.
 	MaxFileSize int64
+	// Nice lowers the child's CPU priority (0 to 19). In a pod the runner
+	// sets it, so that a snippet keeping every CPU of its cgroup busy still
+	// leaves the runner the time to kill it; on a shared host it would
+	// only slow the snippet against everything else.
+	Nice int
 
 	// UnsafeKillLeaderOnly makes Run as weak as a naive runner: at the
 	// deadline it kills only the python3 process, never sweeps its tree, and

@@ -69,6 +69,14 @@ func sweep(ctx context.Context, own int) error {
 	self := os.Getpid()
 	live.Lock()
 	defer live.Unlock()
+	if self == 1 {
+		// In a pod the runner is its PID namespace's init and runs one job,
+		// so every other process there is the run's. kill(-1) signals them
+		// all in one pass that new forks cannot join, so a fork bomb that
+		// refills its tree faster than a walk can kill it still dies at once.
+		// The kernel spares the caller.
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+	}
 	pause := 50 * time.Microsecond
 	for range sweepRoundLimit {
 		tops, err := childrenOf(self)

@@ -71,6 +71,14 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	pidsMax := exec.PidsLimit()
+	procs, err := procBudget(opts.Exec.MaxProcs, pidsMax)
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	opts.Exec.MaxProcs = procs
+	opts.Exec.Nice = snippetNice
+	opts.Logger.Info("process budget", "pids_max", pidsMax, "snippet_max_procs", procs, "runner_reserve", int64(runnerReserve))
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
