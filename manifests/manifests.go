@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -215,6 +216,8 @@ func fill(obj runtime.Object, o Options) error {
 	case *rbacv1.Role:
 		x.Namespace = o.Namespace
 	case *corev1.Service:
+		x.Namespace = o.Namespace
+	case *policyv1.PodDisruptionBudget:
 		x.Namespace = o.Namespace
 	default:
 		return fmt.Errorf("unexpected kind %T: teach manifests.fill about it", obj)

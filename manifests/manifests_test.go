@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,7 +54,7 @@ func TestKinds(t *testing.T) {
 	want := []string{
 		"Deployment/sandbox", "Namespace/sandbox",
 		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-serve",
-		"Role/sandbox", "RoleBinding/sandbox", "Service/sandbox", "ServiceAccount/sandbox",
+		"PodDisruptionBudget/sandbox", "Role/sandbox", "RoleBinding/sandbox", "Service/sandbox", "ServiceAccount/sandbox",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("kinds\n got %v\nwant %v", got, want)
@@ -208,7 +209,7 @@ func TestDeploymentHardened(t *testing.T) {
 	m := mustObjects(t, Options{})
 	d := m["Deployment/sandbox"].(*appsv1.Deployment)
 	s := d.Spec.Template.Spec
-	if *d.Spec.Replicas != 1 || s.ServiceAccountName != "sandbox" || s.EnableServiceLinks == nil || *s.EnableServiceLinks {
+	if *d.Spec.Replicas != 2 || s.ServiceAccountName != "sandbox" || s.EnableServiceLinks == nil || *s.EnableServiceLinks {
 		t.Errorf("replicas %d sa %q serviceLinks %v", *d.Spec.Replicas, s.ServiceAccountName, s.EnableServiceLinks)
 	}
 	if s.HostNetwork || s.HostPID || s.HostIPC {
@@ -244,6 +245,38 @@ func TestDeploymentHardened(t *testing.T) {
 	}
 	if !selects(svc.Spec.Selector, d.Spec.Template.Labels) {
 		t.Error("Service does not select the Deployment's pods")
+	}
+}
+
+// TestNoGapInService: what keeps the Service an endpoint while serve pods
+// come and go. Two replicas; a rollout that starts a new pod before it stops
+// an old one; a disruption budget that leaves one; a pause before SIGTERM
+// while kube-proxy forgets the deleted pod, inside the grace period with
+// room for the longest run.
+func TestNoGapInService(t *testing.T) {
+	m := mustObjects(t, Options{})
+	d := m["Deployment/sandbox"].(*appsv1.Deployment)
+	if *d.Spec.Replicas < 2 {
+		t.Errorf("replicas %d: one replica leaves the Service empty whenever it restarts", *d.Spec.Replicas)
+	}
+	ru := d.Spec.Strategy.RollingUpdate
+	if ru == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge.IntValue() < 1 {
+		t.Errorf("rolling update %+v: want maxUnavailable 0, maxSurge at least 1", ru)
+	}
+	pdb := m["PodDisruptionBudget/sandbox"].(*policyv1.PodDisruptionBudget)
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 || pdb.Spec.MinAvailable.IntValue() >= int(*d.Spec.Replicas) {
+		t.Errorf("disruption budget minAvailable %v with %d replicas: want at least 1 and below the replicas, so drains can proceed", pdb.Spec.MinAvailable, *d.Spec.Replicas)
+	}
+	if !selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Error("the disruption budget does not select the Deployment's pods")
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 2 {
+		t.Fatalf("preStop %+v: want a sleep of a few seconds before SIGTERM", c.Lifecycle)
+	}
+	grace := *d.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if need := c.Lifecycle.PreStop.Sleep.Seconds + 70; grace < need {
+		t.Errorf("terminationGracePeriodSeconds %d: the preStop pause and serve's 70 s shutdown need %d", grace, need)
 	}
 }
 
