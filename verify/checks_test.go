@@ -516,3 +516,47 @@ func TestInsideGolden(t *testing.T) {
 		})
 	}
 }
+
+func TestJudgeForkBombAnswer(t *testing.T) {
+	limits := `{"probe": "bomb-limits", "pids_max": "1024", "rlimit_nproc": 960}` + "\n"
+	for _, tc := range []struct {
+		name string
+		a    *answer
+		err  error
+		want Status
+	}{
+		{"timed out in time", treeAnswer(limits, "timed out after 5s\n", -1, true, 6200), nil, Pass},
+		{"answered late", treeAnswer(limits, "timed out after 5s\n", -1, true, 9000), nil, Fail},
+		{"the runner died", &answer{Status: 502, Err: "sandbox pod x died during the run: the runner exited with code 2", Elapsed: 3 * time.Second}, nil, Fail},
+		{"no answer", nil, errors.New("context deadline exceeded"), Fail},
+		{"ended cleanly", treeAnswer(limits, "", 0, false, 100), nil, Fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := judgeForkBombAnswer(tc.a, tc.err, "a warm pod after 0s"); got.Status != tc.want {
+				t.Errorf("status %s, want %s: %s", got.Status, tc.want, got.Evidence)
+			}
+		})
+	}
+}
+
+func TestJudgeProcessLimit(t *testing.T) {
+	line := func(pids string, nproc int) *answer {
+		return treeAnswer(fmt.Sprintf(`{"probe": "bomb-limits", "pids_max": %q, "rlimit_nproc": %d}`+"\n", pids, nproc), "", -1, true, 5000)
+	}
+	for _, tc := range []struct {
+		name string
+		a    *answer
+		want Status
+	}{
+		{"reserve below the pod limit", line("1024", 960), Pass},
+		{"no pod limit", line("max", 1024), Fail},
+		{"snippet may take the whole pod", line("1024", 1024), Fail},
+		{"no limits line", treeAnswer("", "", -1, true, 5000), Fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := judgeProcessLimit(tc.a, nil); got.Status != tc.want {
+				t.Errorf("status %s, want %s: %s", got.Status, tc.want, got.Evidence)
+			}
+		})
+	}
+}

@@ -288,7 +288,82 @@ print(json.dumps({"probe": "fork", "forked": len(pids), "cap": %d, "error": err,
 `, forkCap, forkCap)
 	a, err := e.execute(ctx, code, 30)
 	out := []Result{judgeFork(a, err)}
-	return append(out, e.bystander(ctx, "runner/after-fork-bomb", "21"))
+	out = append(out, e.bystander(ctx, "runner/after-fork-bomb", "21"))
+
+	// A real fork bomb: every process forks for ever, ignoring failures. It
+	// must end as a timeout in about bombTimeoutS, answered by a runner that
+	// kept its share of the pod, never as a 5xx from a runner it starved.
+	waited := e.waitWarm(ctx)
+	a, err = e.execute(ctx, forkBombCode, bombTimeoutS)
+	out = append(out, judgeForkBombAnswer(a, err, waited))
+	return append(out, judgeProcessLimit(a, err))
+}
+
+// forkBombCode reports the limits it sees, then forks without end.
+const forkBombCode = `import json, os, resource
+def rd(p):
+    try:
+        with open(p) as f:
+            return f.read().strip()
+    except OSError as e:
+        return "unreadable: %s" % e.strerror
+print(json.dumps({"probe": "bomb-limits",
+    "pids_max": rd("/sys/fs/cgroup/pids.max") if os.path.exists("/sys/fs/cgroup/pids.max") else rd("/sys/fs/cgroup/pids/pids.max"),
+    "rlimit_nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0]}), flush=True)
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+`
+
+// Numbers of the fork bomb's answer.
+const (
+	// bombTimeoutS is the bomb's timeout_s.
+	bombTimeoutS = 5
+	// bombMargin is how much later than its timeout the answer may come:
+	// the kill, the sweep and the answer, with room for a loaded node.
+	bombMargin = 2 * time.Second
+)
+
+// judgeForkBombAnswer: a timed-out result (or the snippet's own end) within
+// the timeout and bombMargin.
+func judgeForkBombAnswer(a *answer, err error, waited string) Result {
+	const name = "runner/fork-bomb-answered"
+	if err != nil {
+		return result(name, "21", Fail, "%v", err)
+	}
+	limit := bombTimeoutS*time.Second + bombMargin
+	ev := fmt.Sprintf("%s; answered in %s (limit %s); %s", a.describe(), a.Elapsed.Round(time.Millisecond), limit, waited)
+	switch {
+	case !a.ok():
+		return result(name, "21", Fail, "the bomb was not answered with a result (the runner did not survive it?): %s", ev)
+	case !a.Result.TimedOut && !a.Result.OOMKilled && a.Result.ExitCode == 0:
+		return result(name, "21", Fail, "a fork bomb that never stops ended without a timeout, kill or error: %s", ev)
+	case a.Elapsed > limit:
+		return result(name, "21", Fail, "answered late: %s", ev)
+	}
+	return result(name, "21", Pass, "%s", ev)
+}
+
+// judgeProcessLimit reports the pod's process limit the bomb saw, and that
+// the snippet's own limit leaves the runner room below it.
+func judgeProcessLimit(a *answer, err error) Result {
+	const name = "runner/process-limit"
+	line, perr := snippetJSON(a, err, "bomb-limits")
+	if perr != nil {
+		return result(name, "21", Fail, "%v", perr)
+	}
+	pids, nproc := line.Get("pids_max").String(), line.Get("rlimit_nproc").Int()
+	max, perr := strconv.ParseInt(pids, 10, 64)
+	switch {
+	case perr != nil:
+		return result(name, "21", Fail, "pids.max %q: no process limit on the sandbox pod, so a fork bomb is bounded only by RLIMIT_NPROC %d, "+
+			"shared with the runner; set the kubelet's podPidsLimit", pids, nproc)
+	case nproc <= 0 || nproc >= max:
+		return result(name, "21", Fail, "RLIMIT_NPROC %d leaves the runner no room below pids.max %d", nproc, max)
+	}
+	return result(name, "21", Pass, "pids.max %d (the pod's process limit), the snippet's RLIMIT_NPROC %d: %d tasks kept for the runner", max, nproc, max-nproc)
 }
 
 func judgeFork(a *answer, err error) Result {
@@ -332,8 +407,34 @@ func (e *env) bystander(ctx context.Context, name, probe string) Result {
 }
 
 // readyWait is how long the service may take to be ready again after a
-// bomb: its pool refills one-use pods in a few seconds.
+// bomb, or to have a warm pod again.
 const readyWait = 60 * time.Second
+
+// poolReadyLine is the warm pool's gauge in /metrics.
+var poolReadyLine = regexp.MustCompile(`(?m)^sandbox_pool_ready_pods ([0-9.e+]+)$`)
+
+// waitWarm waits until the service has a warm pod, so that a check timing
+// its answer does not also time the pool's refill. A service without the
+// pool's gauge (the local backend) has nothing to wait for.
+func (e *env) waitWarm(ctx context.Context) string {
+	start := time.Now()
+	for {
+		st, body, err := e.sb.Get(ctx, "/metrics")
+		if err == nil && st == http.StatusOK {
+			m := poolReadyLine.FindStringSubmatch(body)
+			if m == nil {
+				return "no warm pool to wait for"
+			}
+			if n, _ := strconv.ParseFloat(m[1], 64); n >= 1 {
+				return fmt.Sprintf("a warm pod after %s", time.Since(start).Round(100*time.Millisecond))
+			}
+		}
+		if time.Since(start) > readyWait || ctx.Err() != nil {
+			return fmt.Sprintf("no warm pod after %s", readyWait)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
 
 // waitReady polls /readyz until 200 and says how long it took.
 func (e *env) waitReady(ctx context.Context) string {
@@ -345,7 +446,7 @@ func (e *env) waitReady(ctx context.Context) string {
 		case err != nil:
 			last = err.Error()
 		case st == http.StatusOK:
-			return fmt.Sprintf("/readyz 200 after %s (the pool refilling)", time.Since(start).Round(100*time.Millisecond))
+			return fmt.Sprintf("/readyz 200 after %s", time.Since(start).Round(100*time.Millisecond))
 		default:
 			last = fmt.Sprintf("HTTP %d", st)
 		}

@@ -47,7 +47,9 @@ func TestRunnerChecksOnLocalBackend(t *testing.T) {
 	}
 	for _, r := range rs {
 		t.Logf("%-12s %-32s %s", r.Status, r.Name, clip(r.Evidence, 400))
-		if r.Status != Pass && r.Name != "runner/flood-service-memory" {
+		// Measured on the serve pod, and the pod's pids limit: neither
+		// exists here.
+		if r.Status != Pass && r.Name != "runner/flood-service-memory" && r.Name != "runner/process-limit" {
 			t.Errorf("%s: %s", r.Name, r.Status)
 		}
 	}
