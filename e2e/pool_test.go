@@ -265,13 +265,15 @@ func TestPoolEmpty503(t *testing.T) {
 			if r.took < emptyPoolWait || r.took > 5*time.Second {
 				t.Errorf("answered after %s, want after the %s wait and within 5 s", r.took, emptyPoolWait)
 			}
-			// Its readiness says the same, so the Service sends it nothing.
+			// An empty pool must not take serve out of its Service: the
+			// clients the Service sends it wait and get this 503, where an
+			// unready endpoint would refuse them outright.
 			srv, err := pe.cs.CoreV1().Pods(kindenv.Namespace).Get(ctx, pe.owner, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if podReady(*srv) {
-				t.Errorf("serve pod %s is Ready with an empty pool", pe.owner)
+			if !podReady(*srv) {
+				t.Errorf("serve pod %s is not Ready with an empty pool: the Service would refuse its clients", pe.owner)
 			}
 			return ctx
 		}).
@@ -350,7 +352,10 @@ func TestPoolServeDies(t *testing.T) {
 			}
 			t.Logf("the %d sandbox pods of %s were gone %s after it", len(mine), old.Name, time.Since(start).Round(time.Millisecond))
 
-			newer := func(p corev1.Pod) bool { return p.UID != old.UID && podReady(p) }
+			// The replacement, not the other replica that was there all along.
+			newer := func(p corev1.Pod) bool {
+				return p.UID != old.UID && !p.CreationTimestamp.Time.Before(start.Truncate(time.Second)) && podReady(p)
+			}
 			_, owner := forwardToServe(ctx, t, cfg, newer)
 			took := waitWarm(ctx, t, pe.cs, owner, pe.target, newServeDeadline)
 			srv, err := pods.Get(ctx, owner, metav1.GetOptions{})

@@ -1,0 +1,211 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/sandboxd/sandbox/exec"
+)
+
+// The bombs' bounds.
+const (
+	bombTimeoutS = 5
+	// bombAnswerLimit is when a bomb's answer must be in: its timeout and
+	// the kill, with a small margin.
+	bombAnswerLimit = 7 * time.Second
+	// bystanderFactor bounds how much slower ordinary requests may get
+	// beside a bomb, against their own median on a quiet cluster.
+	bystanderFactor = 3
+	// bystanderGap paces the ordinary requests, so that they measure the
+	// bombs' effect and not the refill of their replica's warm pool.
+	bystanderGap = 1500 * time.Millisecond
+)
+
+// bombs try every budget the snippet shares with its runner. Each must end
+// with a result that says what happened, in time.
+var bombs = []struct {
+	name, code string
+	// judge says what is wrong with the result, or "".
+	judge func(r exec.Result) string
+}{
+	{"fork bomb", `import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+`, timedOut},
+	{"thread bomb", `import threading, time
+n = 0
+while True:
+    try:
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+        n += 1
+    except RuntimeError as e:
+        print("threads:", n, e, flush=True)
+        break
+time.sleep(3600)
+`, func(r exec.Result) string {
+		if s := timedOut(r); s != "" {
+			return s
+		}
+		if !strings.Contains(r.Stdout, "can't start new thread") {
+			return fmt.Sprintf("no thread limit reached: stdout %q", clipOut(r.Stdout))
+		}
+		return ""
+	}},
+	{"fd exhaustion", `import os, time
+def exhaust():
+    fds = []
+    try:
+        while True:
+            fds.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        return len(fds), e.strerror
+print("fds: %d %s" % exhaust(), flush=True)
+for _ in range(50):
+    if os.fork() == 0:
+        exhaust()
+        time.sleep(3600)
+time.sleep(3600)
+`, func(r exec.Result) string {
+		if s := timedOut(r); s != "" {
+			return s
+		}
+		if !strings.Contains(r.Stdout, "Too many open files") {
+			return fmt.Sprintf("no descriptor limit reached: stdout %q", clipOut(r.Stdout))
+		}
+		return ""
+	}},
+	{"memory bomb", `b = []
+while True:
+    b.append(bytearray(32 << 20))
+`, func(r exec.Result) string {
+		if !r.OOMKilled || r.ExitCode != 137 {
+			return fmt.Sprintf("want oom_killed and exit 137, got oom_killed=%v exit %d", r.OOMKilled, r.ExitCode)
+		}
+		return ""
+	}},
+}
+
+func timedOut(r exec.Result) string {
+	if !r.TimedOut || r.ExitCode != -1 {
+		return fmt.Sprintf("want timed_out and exit -1, got timed_out=%v exit %d (stderr %q)", r.TimedOut, r.ExitCode, clipOut(r.Stderr))
+	}
+	return ""
+}
+
+// TestBombs: each bomb goes to one serve replica while ordinary requests
+// go to the other, both on the one node. The bomb's answer must come in
+// time and say what happened; the ordinary requests must stay within
+// bystanderFactor of their quiet median.
+func TestBombs(t *testing.T) {
+	f := features.New("bombs are answered in time, and bystanders barely notice").
+		WithLabel("needs", "service").
+		Assess("fork, thread, fd and memory bombs with timeout_s 5", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			if err := ServiceErr(ctx); err != nil {
+				t.Fatal(err)
+			}
+			bombBase, bombServe := forwardToServe(ctx, t, cfg, podReady)
+			otherBase, otherServe := forwardToServe(ctx, t, cfg, func(p corev1.Pod) bool { return p.Name != bombServe && podReady(p) })
+			cs := clientset(ctx, t)
+			target := poolTarget(ctx, t, bombBase)
+			waitWarm(ctx, t, cs, bombServe, target, refillDeadline)
+			waitWarm(ctx, t, cs, otherServe, target, refillDeadline)
+			t.Logf("bombs through %s, ordinary requests through %s", bombServe, otherServe)
+
+			quiet := ordinary(ctx, t, otherBase, 5, nil)
+			waitWarm(ctx, t, cs, otherServe, target, refillDeadline)
+			base := median(quiet)
+			t.Logf("quiet: median %s of %v", base, quiet)
+
+			var loaded []time.Duration
+			for _, b := range bombs {
+				waitWarm(ctx, t, cs, bombServe, target, refillDeadline)
+				done := make(chan struct{})
+				var wg sync.WaitGroup
+				var beside []time.Duration
+				wg.Go(func() { beside = ordinary(ctx, t, otherBase, 0, done) })
+				r, err := post(ctx, bombBase, b.code, bombTimeoutS)
+				close(done)
+				wg.Wait()
+				if err != nil {
+					t.Errorf("%s: %v", b.name, err)
+					continue
+				}
+				var res exec.Result
+				if r.status == http.StatusOK {
+					err = json.Unmarshal(r.body, &res)
+				}
+				switch {
+				case r.status != http.StatusOK || err != nil:
+					t.Errorf("%s: not a result: %s", b.name, r)
+				case r.took > bombAnswerLimit:
+					t.Errorf("%s: answered after %s, limit %s: %s", b.name, r.took.Round(time.Millisecond), bombAnswerLimit, r)
+				default:
+					if why := b.judge(res); why != "" {
+						t.Errorf("%s: %s", b.name, why)
+					}
+				}
+				t.Logf("%s: %s; ordinary requests beside it: %v", b.name, r, beside)
+				loaded = append(loaded, beside...)
+				waitWarm(ctx, t, cs, otherServe, target, refillDeadline)
+			}
+			if len(loaded) == 0 {
+				t.Fatal("no ordinary request ran beside a bomb")
+			}
+			limit := bystanderFactor * base
+			for _, d := range loaded {
+				if d > limit {
+					t.Errorf("an ordinary request beside a bomb took %s, over %d× the quiet median %s", d, bystanderFactor, base)
+				}
+			}
+			t.Logf("beside the bombs: median %s, max %s (limit %s)", median(loaded), slices.Max(loaded), limit)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// ordinary sends print(1) to base one at a time, bystanderGap apart: n of
+// them, or until done is closed. It returns each one's latency.
+func ordinary(ctx context.Context, t *testing.T, base string, n int, done <-chan struct{}) []time.Duration {
+	var out []time.Duration
+	for i := 0; n == 0 || i < n; i++ {
+		r, err := post(ctx, base, "print(1)", 10)
+		switch {
+		case err != nil:
+			t.Errorf("ordinary request: %v", err)
+		case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"1\n"`):
+			t.Errorf("ordinary request: %s", r)
+		default:
+			out = append(out, r.took.Round(time.Millisecond))
+		}
+		select {
+		case <-done:
+			return out
+		case <-ctx.Done():
+			return out
+		case <-time.After(bystanderGap):
+		}
+	}
+	return out
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
