@@ -1,0 +1,61 @@
+"""The agent's side of the sandbox service.
+
+Two things an agent needs, standard library only:
+
+- ``run_python(code, files=None, timeout_s=None) -> Result``: run model-written
+  code in a fresh one-use sandbox. ``RUN_PYTHON_TOOL`` (Anthropic) and
+  ``RUN_PYTHON_TOOL_OPENAI`` describe it to a model; ``handle_run_python``
+  runs a model's call and ``result_text`` says what happened in words.
+- ``@sandboxed``: the agent's own tool functions run in a one-use pod of the
+  agent's image, away from its credentials (``TOOL_SANDBOX=false`` runs them
+  here instead).
+
+Both fail closed: when the sandbox cannot be used they raise
+``SandboxUnavailable`` and never run the code in this process.
+
+The service's address comes from ``SANDBOX_URL``; the agent's image from
+``AGENT_IMAGE``.
+"""
+
+from .client import Client
+from .errors import (
+    RemoteToolError,
+    SandboxError,
+    SandboxRequestError,
+    SandboxUnavailable,
+    ToolCallFailed,
+)
+from .results import CallResult, RemoteError, Result
+from .snippets import (
+    RUN_PYTHON_DESCRIPTION,
+    RUN_PYTHON_PARAMETERS,
+    RUN_PYTHON_TOOL,
+    RUN_PYTHON_TOOL_OPENAI,
+    handle_run_python,
+    result_text,
+    run_python,
+)
+from .tools import sandboxed, tool_sandbox_enabled
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CallResult",
+    "Client",
+    "RUN_PYTHON_DESCRIPTION",
+    "RUN_PYTHON_PARAMETERS",
+    "RUN_PYTHON_TOOL",
+    "RUN_PYTHON_TOOL_OPENAI",
+    "RemoteError",
+    "RemoteToolError",
+    "Result",
+    "SandboxError",
+    "SandboxRequestError",
+    "SandboxUnavailable",
+    "ToolCallFailed",
+    "handle_run_python",
+    "result_text",
+    "run_python",
+    "sandboxed",
+    "tool_sandbox_enabled",
+]

@@ -1,0 +1,290 @@
+"""The client of one sandbox service: POST /v1/execute and POST /v1/call."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import os
+import time
+from email.utils import parsedate_to_datetime
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from urllib.parse import urlsplit
+
+from . import _transport
+from .errors import SandboxRequestError, SandboxUnavailable
+from .jsoncheck import check_json
+from .results import CallResult, MalformedAnswer, Result
+
+log = logging.getLogger("sandbox_client")
+
+# The service's defaults when a request names no timeout_s.
+EXECUTE_DEFAULT_TIMEOUT_S = 20
+CALL_DEFAULT_TIMEOUT_S = 30
+
+# How long an answer may take beyond the run's own timeout_s before the
+# client gives up. /v1/execute may wait 30 s for a free warm pod before it
+# runs anything; /v1/call creates a pod per call and waits up to 110 s for it
+# (scheduling and the image pull). 15 s on top of each covers the transfer
+# and a slow API server.
+EXECUTE_OVERHEAD_S = 30 + 15
+CALL_OVERHEAD_S = 110 + 15
+
+# The longest the client keeps retrying a 503 with Retry-After, counted from
+# the first attempt. The service's own 503 comes after it waited 30 s for a
+# pod and says to retry in 5 s, so a minute is one or two more tries: enough
+# to ride out a burst, short enough that an agent does not hang on a
+# saturated service.
+DEFAULT_RETRY_BUDGET_S = 60.0
+
+# The shortest wait between two attempts, whatever Retry-After says, so that
+# "Retry-After: 0" cannot turn the budget into a busy loop.
+MIN_RETRY_DELAY_S = 0.2
+
+# run_python's files: a mapping of path to text or bytes, or the API's own
+# list of {"path", "content", "encoding"}.
+FilesArg = Union[Mapping[str, Union[str, bytes]], Sequence[Mapping[str, str]]]
+
+
+class Client:
+    """A client of the sandbox service at one URL. Safe to share between threads.
+
+    Args:
+        url: the service's base URL, e.g. ``http://sandbox.sandbox.svc``.
+            Default: the ``SANDBOX_URL`` environment variable.
+        retry_budget_s: how long, from the first attempt, a 503 with
+            Retry-After is retried before SandboxUnavailable is raised.
+            0 never retries.
+        overhead_s: how long an answer may take beyond the run's timeout_s.
+            Default: EXECUTE_OVERHEAD_S or CALL_OVERHEAD_S by endpoint.
+
+    Raises:
+        SandboxUnavailable: no URL, or one that is not http(s)://host[:port].
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        *,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+        overhead_s: Optional[float] = None,
+    ) -> None:
+        if url is None:
+            url = os.environ.get("SANDBOX_URL", "")
+            if not url:
+                raise SandboxUnavailable(
+                    "SANDBOX_URL is not set: there is no sandbox to run in, and the code is not run here instead"
+                )
+        try:
+            base = urlsplit(url)
+            base.port  # raises ValueError on a bad port
+        except ValueError as e:
+            raise SandboxUnavailable(f"sandbox URL {url!r}: {e}") from None
+        if base.scheme not in ("http", "https") or not base.hostname:
+            raise SandboxUnavailable(f"sandbox URL {url!r}: want http://host[:port] or https://host[:port]")
+        self.url = url
+        self._base = base
+        self.retry_budget_s = retry_budget_s
+        self.overhead_s = overhead_s
+
+    def execute(
+        self,
+        code: str,
+        files: Optional[FilesArg] = None,
+        timeout_s: Optional[int] = None,
+    ) -> Result:
+        """Run one Python snippet in a fresh sandbox and return its Result.
+
+        See run_python for the arguments. A snippet that fails is still a
+        Result; the exceptions are for runs that did not happen.
+
+        Raises:
+            TypeError: an argument of the wrong type (nothing is sent).
+            SandboxRequestError: the service refused the request (4xx).
+            SandboxUnavailable: no sandbox could be used.
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        payload: Dict[str, Any] = {"code": code}
+        if timeout_s is not None:
+            payload["timeout_s"] = _timeout(timeout_s)
+        if files is not None:
+            payload["files"] = encode_files(files)
+        obj = self._post("/v1/execute", payload, timeout_s or EXECUTE_DEFAULT_TIMEOUT_S, EXECUTE_OVERHEAD_S)
+        try:
+            return Result.from_json(obj)
+        except MalformedAnswer as e:
+            raise SandboxUnavailable(f"POST {self._url('/v1/execute')}: malformed answer: {e}", 200) from None
+
+    def call(
+        self,
+        function: str,
+        args: Sequence[Any] = (),
+        kwargs: Optional[Mapping[str, Any]] = None,
+        *,
+        image: str,
+        timeout_s: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> CallResult:
+        """Run ``function`` ("pkg.module:attr.path") with args and kwargs in
+        a one-use pod of ``image`` and return the service's answer.
+
+        The return value, or the tool's exception, is in the CallResult
+        (``.value()`` returns the one or raises the other).
+
+        Raises:
+            TypeError: args, kwargs or env are not JSON (nothing is sent).
+            SandboxRequestError: the service refused the request (4xx).
+            SandboxUnavailable: no sandbox could be used.
+        """
+        arg_list: List[Any] = list(args)
+        kw: Dict[str, Any] = dict(kwargs or {})
+        check_json(arg_list, "args")
+        check_json(kw, "kwargs")
+        payload: Dict[str, Any] = {"image": image, "function": function, "args": arg_list, "kwargs": kw}
+        if timeout_s is not None:
+            payload["timeout_s"] = _timeout(timeout_s)
+        if env:
+            for k, v in env.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise TypeError(f"env must map str to str, got {type(k).__name__}: {type(v).__name__}")
+            payload["env"] = dict(env)
+        obj = self._post("/v1/call", payload, timeout_s or CALL_DEFAULT_TIMEOUT_S, CALL_OVERHEAD_S)
+        try:
+            return CallResult.from_json(obj)
+        except MalformedAnswer as e:
+            raise SandboxUnavailable(f"POST {self._url('/v1/call')}: malformed answer: {e}", 200) from None
+
+    def _url(self, path: str) -> str:
+        b = self._base
+        return b.scheme + "://" + b.netloc + b.path.rstrip("/") + path
+
+    def _post(self, path: str, payload: Mapping[str, Any], timeout_s: float, overhead_s: float) -> Any:
+        """POST payload, retrying a 503 with Retry-After within the budget,
+        and return the decoded JSON of a 200 answer."""
+        body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        timeout = timeout_s + (self.overhead_s if self.overhead_s is not None else overhead_s)
+        url = self._url(path)
+        start = time.monotonic()
+        attempts = 0
+        while True:
+            attempts += 1
+            ans = _transport.post(self._base, path, body, timeout)
+            if ans.status == 200:
+                try:
+                    return json.loads(ans.body)
+                except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+                    raise SandboxUnavailable(
+                        f"POST {url}: malformed answer: not JSON ({e}): {_snippet(ans.body)}", 200
+                    ) from None
+            message = _service_message(ans.body)
+            if ans.status == 503:
+                # 503 with Retry-After is the service saying it ran nothing
+                # and has no sandbox free yet, so sending the request again
+                # cannot run it twice. A bare 503 says neither (a proxy whose
+                # backend is down sends one): it fails closed at once.
+                delay = _retry_after(ans.retry_after)
+                if delay is not None:
+                    delay = max(delay, MIN_RETRY_DELAY_S)
+                    elapsed = time.monotonic() - start
+                    if elapsed + delay <= self.retry_budget_s:
+                        log.info("sandbox busy (HTTP 503: %s); retrying in %.1fs", message, delay)
+                        time.sleep(delay)
+                        continue
+                    raise SandboxUnavailable(
+                        f"POST {url}: HTTP 503: {message or _snippet(ans.body)}; gave up after "
+                        f"{attempts} attempt(s) in {elapsed:.1f}s (retry budget {self.retry_budget_s:g}s)",
+                        503,
+                    )
+            if 400 <= ans.status < 500 and message is not None:
+                raise SandboxRequestError(ans.status, message)
+            if 400 <= ans.status < 500:
+                # A 4xx that is not the service's {"error": ...} comes from
+                # something else at that address (a proxy, another program):
+                # not the caller's fault, and not a sandbox.
+                raise SandboxUnavailable(
+                    f"POST {url}: HTTP {ans.status} that is not the sandbox service's answer: {_snippet(ans.body)}",
+                    ans.status,
+                )
+            raise SandboxUnavailable(f"POST {url}: HTTP {ans.status}: {message or _snippet(ans.body)}", ans.status)
+
+
+def encode_files(files: FilesArg) -> List[Dict[str, str]]:
+    """Turn run_python's files argument into the API's list of
+    ``{"path", "content", "encoding"}``.
+
+    A mapping of path to str (sent as text) or bytes (sent as base64), or
+    a sequence of dicts already in the API's form.
+    """
+    out: List[Dict[str, str]] = []
+    if isinstance(files, Mapping):
+        for path, content in files.items():
+            if not isinstance(path, str):
+                raise TypeError(f"file path must be a str, not {type(path).__name__}")
+            if isinstance(content, str):
+                out.append({"path": path, "content": content})
+            elif isinstance(content, (bytes, bytearray, memoryview)):
+                out.append({"path": path, "content": base64.b64encode(bytes(content)).decode("ascii"), "encoding": "base64"})
+            else:
+                raise TypeError(f"file {path!r}: content must be str or bytes, not {type(content).__name__}")
+        return out
+    if isinstance(files, (str, bytes)) or not isinstance(files, Sequence):
+        raise TypeError(f"files must be a mapping of path to content or a list of files, not {type(files).__name__}")
+    for i, f in enumerate(files):
+        if not isinstance(f, Mapping):
+            raise TypeError(f"files[{i}] must be a mapping with path and content, not {type(f).__name__}")
+        entry: Dict[str, str] = {}
+        for key in ("path", "content", "encoding"):
+            if key in f:
+                if not isinstance(f[key], str):
+                    raise TypeError(f"files[{i}].{key} must be a str, not {type(f[key]).__name__}")
+                entry[key] = f[key]
+        extra = set(f) - {"path", "content", "encoding"}
+        if extra:
+            raise TypeError(f"files[{i}]: unknown key(s) {sorted(extra)}: want path, content, encoding")
+        out.append(entry)
+    return out
+
+
+def _timeout(t: Any) -> int:
+    if isinstance(t, bool) or not isinstance(t, int):
+        raise TypeError(f"timeout_s must be an int (whole seconds), not {type(t).__name__}")
+    return t
+
+
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP
+    date), or None when there is none or it cannot be read."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    delay = when.timestamp() - time.time()
+    return max(delay, 0.0) if math.isfinite(delay) else None
+
+
+def _service_message(body: bytes) -> Optional[str]:
+    """The service's ``{"error": "..."}`` message, or None when the body is
+    not one."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and isinstance(obj.get("error"), str) and obj["error"]:
+        return str(obj["error"])
+    return None
+
+
+def _snippet(body: bytes, n: int = 200) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    if not text:
+        return "empty answer"
+    return repr(text if len(text) <= n else text[:n] + "…")

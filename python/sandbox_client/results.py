@@ -1,0 +1,210 @@
+"""The answers of the service, parsed strictly.
+
+An answer that lacks a field, or has one of the wrong type, is refused as
+malformed rather than filled in with a default: a result made up on this
+side would be passed off as what the sandbox said. Fields the service adds
+later are ignored, so a newer service still works with this client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
+
+from .errors import RemoteToolError, ToolCallFailed
+
+
+class MalformedAnswer(ValueError):
+    """An answer that is not what the API promises (internal: the client
+    turns it into SandboxUnavailable)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """The result of one snippet run by ``POST /v1/execute``.
+
+    A snippet that failed is still a Result: look at ``exit_code``,
+    ``timed_out`` and ``oom_killed``.
+
+    Attributes:
+        sandbox_id: the sandbox that ran it; different for every run.
+        stdout: what the snippet printed, at most 1 MiB kept (head and tail).
+        stderr: its standard error, bounded the same way. After a timeout it
+            ends with ``timed out after <N>s``.
+        exit_code: the process's exit code; -1 after a timeout, 137 after an
+            out-of-memory kill.
+        duration_ms: how long the run took.
+        stdout_truncated: stdout was over the limit and its middle dropped.
+        stderr_truncated: the same for stderr.
+        timed_out: the run hit its deadline and every process of it was killed.
+        oom_killed: the run was killed for using too much memory.
+    """
+
+    sandbox_id: str
+    stdout: str
+    stderr: str
+    exit_code: int
+    duration_ms: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    oom_killed: bool
+
+    @property
+    def ok(self) -> bool:
+        """True when the snippet ran to the end and exited 0."""
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Result:
+        """Parse the JSON object of a 200 answer; MalformedAnswer if it is not one."""
+        o = _object(obj)
+        return cls(**{name: _field(o, name, typ) for name, typ in _RESULT_FIELDS.items()})
+
+
+_RESULT_FIELDS: Dict[str, Type[Any]] = {
+    "sandbox_id": str,
+    "stdout": str,
+    "stderr": str,
+    "exit_code": int,
+    "duration_ms": int,
+    "stdout_truncated": bool,
+    "stderr_truncated": bool,
+    "timed_out": bool,
+    "oom_killed": bool,
+}
+
+
+@dataclass(frozen=True)
+class RemoteError:
+    """What a tool function raised, as the sandbox reported it."""
+
+    type: str
+    message: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The answer of one ``POST /v1/call``: a tool function run in a
+    one-use pod of the agent's image.
+
+    ``value()`` gives the function's return value or raises what it means
+    that there is none.
+
+    Attributes:
+        sandbox_id: the pod that ran it.
+        result: the function's return value, decoded from JSON (None when
+            it raised or did not finish).
+        stdout, stderr: what the function printed (bounded as for snippets).
+        exit_code, duration_ms, timed_out, oom_killed: as for Result.
+        error: set when the function raised.
+        stdout_truncated, stderr_truncated: as for Result; False when the
+            service does not say.
+    """
+
+    sandbox_id: str
+    result: Any
+    stdout: str
+    stderr: str
+    exit_code: int
+    duration_ms: int
+    timed_out: bool
+    oom_killed: bool
+    error: Optional[RemoteError] = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    def value(self) -> Any:
+        """Return the function's value.
+
+        Raises:
+            RemoteToolError: the function raised.
+            ToolCallFailed: it timed out, ran out of memory, or exited
+                without a result.
+        """
+        if self.error is not None:
+            raise RemoteToolError(self.error.type, self.error.message, self.error.traceback, self)
+        if self.timed_out:
+            raise ToolCallFailed(f"tool call timed out in sandbox {self.sandbox_id}; it was killed", self)
+        if self.oom_killed:
+            raise ToolCallFailed(f"tool call ran out of memory in sandbox {self.sandbox_id}; it was killed", self)
+        if self.exit_code != 0:
+            raise ToolCallFailed(
+                f"tool call exited with code {self.exit_code} in sandbox {self.sandbox_id} "
+                f"without a result; stderr: {_tail(self.stderr)}",
+                self,
+            )
+        return self.result
+
+    @classmethod
+    def from_json(cls, obj: Any) -> CallResult:
+        """Parse the JSON object of a 200 answer; MalformedAnswer if it is not one."""
+        o = _object(obj)
+        fields: Dict[str, Any] = {name: _field(o, name, typ) for name, typ in _CALL_FIELDS.items()}
+        for name in ("stdout_truncated", "stderr_truncated"):
+            if name in o:
+                fields[name] = _field(o, name, bool)
+        err = o.get("error")
+        if err is not None:
+            e = _object(err, "error")
+            tb = e.get("traceback", "")
+            if not isinstance(tb, str):
+                raise MalformedAnswer('field "error.traceback" is not a string')
+            fields["error"] = RemoteError(_field(e, "type", str, "error."), _field(e, "message", str, "error."), tb)
+        finished = err is None and not fields["timed_out"] and not fields["oom_killed"] and fields["exit_code"] == 0
+        if finished and "result" not in o:
+            # A run that ended well must say what it returned: a missing
+            # value is not the same as a function returning None.
+            raise MalformedAnswer('field "result" is missing from a call that finished')
+        fields["result"] = o.get("result")
+        return cls(**fields)
+
+
+_CALL_FIELDS: Dict[str, Type[Any]] = {
+    "sandbox_id": str,
+    "stdout": str,
+    "stderr": str,
+    "exit_code": int,
+    "duration_ms": int,
+    "timed_out": bool,
+    "oom_killed": bool,
+}
+
+
+def _object(obj: Any, where: str = "the answer") -> Mapping[str, Any]:
+    if not isinstance(obj, dict):
+        raise MalformedAnswer(f"{where} is a JSON {_json_type(obj)}, not an object")
+    return obj
+
+
+def _field(o: Mapping[str, Any], name: str, typ: Type[Any], prefix: str = "") -> Any:
+    if name not in o:
+        raise MalformedAnswer(f'field "{prefix}{name}" is missing')
+    v = o[name]
+    # bool is an int in Python; JSON keeps them apart, and so do we.
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise MalformedAnswer(f'field "{prefix}{name}" is a JSON {_json_type(v)}, want {_JSON_NAMES[typ]}')
+    return v
+
+
+_JSON_NAMES: Dict[Type[Any], str] = {str: "string", int: "integer", bool: "boolean"}
+
+
+def _json_type(v: Any) -> str:
+    types: Tuple[Tuple[Type[Any], str], ...] = (
+        (bool, "boolean"), (int, "number"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"),
+    )
+    if v is None:
+        return "null"
+    for t, name in types:
+        if isinstance(v, t):
+            return name
+    return type(v).__name__
+
+
+def _tail(s: str, n: int = 300) -> str:
+    s = s.strip()
+    if not s:
+        return "(empty)"
+    return s if len(s) <= n else "…" + s[-n:]

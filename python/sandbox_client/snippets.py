@@ -1,0 +1,188 @@
+"""run_python: the tool a model calls to run code, and what it reads back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Mapping, Optional, Union
+
+from .client import Client, FilesArg
+from .errors import SandboxRequestError
+from .results import Result
+
+
+def run_python(
+    code: str,
+    files: Optional[FilesArg] = None,
+    timeout_s: Optional[int] = None,
+    *,
+    client: Optional[Client] = None,
+) -> Result:
+    """Run Python code in a fresh, one-use sandbox and return its Result.
+
+    Args:
+        code: the Python source to run.
+        files: input files written into the working directory first: a
+            mapping of path to str (text) or bytes, e.g.
+            ``{"in.csv": "a,b\\n", "blob.bin": b"\\x00\\xff"}``, or the API's
+            list of ``{"path", "content", "encoding"}``.
+        timeout_s: the run's deadline in whole seconds (1 to 60; the service's
+            default is 20).
+        client: the Client to use; by default one for ``SANDBOX_URL``.
+
+    A snippet that fails is still a Result (see ``exit_code``,
+    ``timed_out``, ``oom_killed``).
+
+    Raises:
+        SandboxUnavailable: no sandbox could be used (no SANDBOX_URL, refused,
+            timed out, 5xx, a malformed answer, 503 past the retry budget).
+            The code did not run in this process, and never does.
+        SandboxRequestError: the service refused the request (4xx), e.g. a
+            file path outside the working directory.
+        TypeError: an argument of the wrong type; nothing was sent.
+    """
+    c = client if client is not None else Client()
+    return c.execute(code, files=files, timeout_s=timeout_s)
+
+
+RUN_PYTHON_DESCRIPTION = (
+    "Run Python 3 code in a fresh, isolated sandbox and get back its stdout, stderr and exit code. "
+    "Use it to compute, parse or transform data exactly instead of guessing. "
+    "Each call starts from a clean slate: nothing (variables, files, installed state) survives between calls, "
+    "so include everything the code needs in one call. There is no network access. "
+    "Print what you want to see; only stdout and stderr come back."
+)
+
+# The JSON Schema of run_python's arguments, as a model fills them in.
+RUN_PYTHON_PARAMETERS: Dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "description": "The Python 3 source code to run."},
+        "timeout_s": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 60,
+            "description": "Deadline in seconds; the run and every process it started are killed at it. Default 20.",
+        },
+        "files": {
+            "type": "array",
+            "description": "Input files written into the working directory before the code runs.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Relative path inside the working directory."},
+                    "content": {"type": "string", "description": "The file's content: text, or base64 with encoding base64."},
+                    "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+                },
+                "required": ["path", "content"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["code"],
+    "additionalProperties": False,
+}
+
+# run_python as an Anthropic Messages API tool: tools=[RUN_PYTHON_TOOL].
+RUN_PYTHON_TOOL: Dict[str, Any] = {
+    "name": "run_python",
+    "description": RUN_PYTHON_DESCRIPTION,
+    "input_schema": RUN_PYTHON_PARAMETERS,
+}
+
+# run_python as an OpenAI Chat Completions tool: tools=[RUN_PYTHON_TOOL_OPENAI].
+RUN_PYTHON_TOOL_OPENAI: Dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "run_python",
+        "description": RUN_PYTHON_DESCRIPTION,
+        "parameters": RUN_PYTHON_PARAMETERS,
+    },
+}
+
+# How much of each stream result_text keeps by default: the sandbox keeps up
+# to 1 MiB of each, which is far more than a model should read in one turn.
+DEFAULT_MAX_CHARS = 20_000
+
+
+def result_text(result: Result, max_chars: Optional[int] = DEFAULT_MAX_CHARS) -> str:
+    """The text a model should read back for a run: what went wrong said
+    plainly first, then the exit code, stdout and stderr.
+
+    Args:
+        result: the run.
+        max_chars: keep at most this many characters of each stream (its
+            head and tail, with a marker saying how much was cut); None keeps
+            everything.
+    """
+    notes = []
+    if result.timed_out:
+        notes.append(
+            "The code timed out: it was still running at its time limit, so it and every process it "
+            "started were killed. Output below is what it printed before that."
+        )
+    if result.oom_killed:
+        notes.append("The code ran out of memory and was killed.")
+    for name, cut in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)):
+        if cut:
+            notes.append(
+                f"The {name} was longer than the sandbox keeps: its middle was dropped where marked, "
+                "only the beginning and end are shown."
+            )
+    lines = notes + [f"exit code: {result.exit_code}"]
+    for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if not text:
+            lines.append(f"{name}: (empty)")
+            continue
+        if max_chars is not None and len(text) > max_chars:
+            head = max_chars // 2
+            tail = max_chars - head
+            text = f"{text[:head]}\n[... {len(text) - max_chars} characters cut here to keep this short ...]\n{text[-tail:]}"
+        lines.append(f"{name}:\n{text.rstrip(chr(10))}")
+    return "\n".join(lines)
+
+
+def handle_run_python(
+    arguments: Union[str, Mapping[str, Any]],
+    *,
+    client: Optional[Client] = None,
+    max_chars: Optional[int] = DEFAULT_MAX_CHARS,
+) -> str:
+    """Run a model's run_python tool call and return the text to send back.
+
+    ``arguments`` is the call's input as the SDK gives it: a dict (Anthropic's
+    ``tool_use.input``) or a JSON string (OpenAI's
+    ``tool_call.function.arguments``).
+
+    Mistakes in the call (bad arguments, or a request the service refuses
+    with a 4xx) come back as text starting with ``error:``, so the model can
+    correct itself. SandboxUnavailable is raised, not returned: the agent
+    must stop or report it, not let the model work around a missing sandbox.
+    """
+    try:
+        args = _parse_arguments(arguments)
+        code = args["code"]
+        timeout_s = args.get("timeout_s")
+        files = args.get("files")
+        c = client if client is not None else Client()
+        result = c.execute(code, files=files, timeout_s=timeout_s)
+    except (ValueError, TypeError) as e:
+        return f"error: the run_python call was not valid, nothing ran: {e}"
+    except SandboxRequestError as e:
+        return f"error: the sandbox refused the call, nothing ran: {e.message}"
+    return result_text(result, max_chars=max_chars)
+
+
+def _parse_arguments(arguments: Union[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError as e:
+            raise ValueError(f"arguments are not JSON: {e}") from None
+    if not isinstance(arguments, Mapping):
+        raise TypeError("arguments must be an object with code")
+    unknown = set(arguments) - set(RUN_PYTHON_PARAMETERS["properties"])
+    if unknown:
+        raise ValueError(f"unknown argument(s) {sorted(unknown)}: want code, timeout_s, files")
+    if not isinstance(arguments.get("code"), str):
+        raise TypeError("code is required and must be a string")
+    return arguments
