@@ -4,7 +4,7 @@ BIN     := bin/sandbox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/sandboxd/sandbox/modes.version=$(VERSION)
 
-.PHONY: build run test unit lint bench fmt vet clean
+.PHONY: build run test unit python-test lint bench fmt vet clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
@@ -18,9 +18,16 @@ run: build
 test: unit lint e2e
 
 # unit is the quick everyday target: no cluster, no Docker.
-unit:
+unit: python-test
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# python-test runs the tests of the Python package in python/ (standard
+# library unittest) against the binary that build makes, which they serve
+# with the local backend.
+PYTHON ?= python3
+python-test: build
+	cd python && SANDBOX_BIN=$(CURDIR)/$(BIN) PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tests -t .
 
 # lint adds staticcheck (pinned, from the module proxy) to the unit target's
 # go vet, and covers the e2e suite's build tag too.
