@@ -2,6 +2,7 @@ package modes
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -38,7 +39,6 @@ func TestManifestsModeRejectsBadCIDR(t *testing.T) {
 }
 
 func TestNewKubeBackendValidates(t *testing.T) {
-	d := &Deps{Ctx: t.Context(), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
 	for name, f := range map[string]KubeFlags{
 		"pool size":   {Image: "x", PoolSize: 0, PoolWait: 1, RunnerPort: 8080},
 		"pool wait":   {Image: "x", PoolSize: 1, PoolWait: 0, RunnerPort: 8080},
@@ -47,7 +47,7 @@ func TestNewKubeBackendValidates(t *testing.T) {
 		"unsafe":      {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, UnsafePodSpec: "everything"},
 		"cpu request": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, CPURequest: "4"},
 	} {
-		if _, _, err := newKubeBackend(d, &f); err == nil {
+		if _, _, err := newKubeBackend(&f, slog.New(slog.DiscardHandler)); err == nil {
 			t.Errorf("%s: accepted %+v", name, f)
 		}
 	}

@@ -53,7 +53,7 @@ func (c *ServeCmd) Run(d *Deps) error {
 	)
 	switch backend {
 	case "kubernetes":
-		b, cleanup, err = newKubeBackend(d, &c.KubeFlags)
+		b, cleanup, err = newKubeBackend(&c.KubeFlags, log)
 	default:
 		b, cleanup, err = c.localBackend(d, log)
 	}

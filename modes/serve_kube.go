@@ -32,10 +32,6 @@ type KubeFlags struct {
 	// For verify's negative tests only: deliberately weakened sandbox pods.
 	UnsafePodSpec string   `name:"unsafe-pod-spec" env:"SANDBOX_UNSAFE_POD_SPEC" hidden:"" help:"Weaken sandbox pods on purpose (root-token), to show verify's probes can fail. Never in production."`
 	RunnerArgs    []string `name:"runner-arg" hidden:"" help:"Extra argument for the sandbox pods' runner (repeatable)."`
-
-	// Logger, when serve sets it, receives the pool's logs; nil means JSON
-	// on stderr at info level.
-	Logger *slog.Logger `kong:"-"`
 }
 
 // defaultNamespace is used outside a cluster when no --namespace is given.
@@ -44,7 +40,9 @@ const defaultNamespace = "sandbox"
 // newKubeBackend builds the warm-pool backend and starts it. The returned
 // func stops the pool -- no new claims, runs in flight finish, warm pods are
 // deleted -- and waits for it; call it after the HTTP server has drained.
-func newKubeBackend(d *Deps, f *KubeFlags) (server.Backend, func(), error) {
+// The pool logs to log, serve's logger, so --log-level and --log-format
+// apply to it too.
+func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), error) {
 	switch {
 	case f.PoolSize < 1:
 		return nil, nil, fmt.Errorf("--pool-size %d: must be at least 1", f.PoolSize)
@@ -75,10 +73,6 @@ func newKubeBackend(d *Deps, f *KubeFlags) (server.Backend, func(), error) {
 	client, err := kube.NewClient(f.Kubeconfig, "sandbox-serve")
 	if err != nil {
 		return nil, nil, err
-	}
-	log := f.Logger
-	if log == nil {
-		log = slog.New(slog.NewJSONHandler(d.Stderr, nil))
 	}
 	if f.UnsafePodSpec != "" || len(f.RunnerArgs) > 0 {
 		log.Warn("sandbox pods deliberately weakened for verify's negative tests", "unsafe_pod_spec", f.UnsafePodSpec, "runner_args", f.RunnerArgs)
