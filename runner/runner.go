@@ -6,7 +6,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,12 +85,12 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, ln: ln, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("POST /v1/execute", s.execute)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s: the runner serves POST /v1/execute, GET /healthz and GET /readyz", r.Method, r.URL.Path))
+		api.WriteError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s: the runner serves POST /v1/execute, GET /healthz and GET /readyz", r.Method, r.URL.Path))
 	})
 	s.srv = &http.Server{
 		Handler:           methodNotAllowed(mux),
@@ -136,15 +135,15 @@ func (s *Server) Run(ctx context.Context) error {
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if s.taken.Load() {
-		writeError(w, http.StatusServiceUnavailable, "this runner has taken its job")
+		api.WriteError(w, http.StatusServiceUnavailable, "this runner has taken its job")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if !s.taken.CompareAndSwap(false, true) {
-		writeError(w, http.StatusConflict, "this runner has already taken its one job; send the next job to a fresh sandbox")
+		api.WriteError(w, http.StatusConflict, "this runner has already taken its one job; send the next job to a fresh sandbox")
 		return
 	}
 	job, err := api.Decode(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
@@ -155,7 +154,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Nothing ran, so the runner can still take a good job.
 		s.taken.Store(false)
-		writeAPIError(w, err)
+		writeRefusal(w, err)
 		return
 	}
 	defer s.once.Do(func() { close(s.done) })
@@ -166,32 +165,18 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		"duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
 	switch {
 	case errors.Is(err, exec.ErrInvalidJob):
-		log.Info("execution refused", "outcome", "invalid", "error", err)
-		writeError(w, http.StatusBadRequest, err.Error())
+		log.Info("execution refused", "outcome", api.OutcomeRejected, "error", err)
+		api.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		log.Error("execution failed", "outcome", "error", "error", err)
-		writeError(w, http.StatusInternalServerError, err.Error())
+		log.Error("execution failed", "outcome", api.OutcomeFailed, "error", err)
+		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	log.Info("execution", "outcome", outcome(res))
-	writeJSON(w, http.StatusOK, res)
+	log.Info("execution", "outcome", api.OutcomeOf(res))
+	api.WriteJSON(w, http.StatusOK, res)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
-	}
-}
-
-// outcome names a result for logs.
-func outcome(r exec.Result) string {
-	switch {
-	case r.TimedOut:
-		return "timeout"
-	case r.OOMKilled:
-		return "oom"
-	case r.ExitCode == 0:
-		return "ok"
-	default:
-		return "error"
 	}
 }
 
@@ -201,13 +186,13 @@ func methodNotAllowed(next http.Handler) http.Handler {
 		switch r.URL.Path {
 		case "/healthz", "/readyz":
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use GET", r.Method, r.URL.Path))
+				api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use GET", r.Method, r.URL.Path))
 				return
 			}
 		case "/v1/execute":
 			if r.Method != http.MethodPost {
 				w.Header().Set("Allow", http.MethodPost)
-				writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use POST", r.Method, r.URL.Path))
+				api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use POST", r.Method, r.URL.Path))
 				return
 			}
 		}
@@ -215,26 +200,12 @@ func methodNotAllowed(next http.Handler) http.Handler {
 	})
 }
 
-func writeAPIError(w http.ResponseWriter, err error) {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		writeError(w, ae.Status, ae.Msg)
+// writeRefusal answers a job refused before it ran: Decode's *api.Error as
+// it says, anything else as a bad request.
+func writeRefusal(w http.ResponseWriter, err error) {
+	if ae, ok := api.AsError(err); ok {
+		ae.Write(w)
 		return
 	}
-	writeError(w, http.StatusBadRequest, err.Error())
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, api.ErrorBody{Error: msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":"encode response"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	api.WriteError(w, http.StatusBadRequest, err.Error())
 }

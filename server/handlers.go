@@ -4,13 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +36,7 @@ func (s *Server) routes() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt, ok := table[r.URL.Path]
 		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the API is POST /v1/execute", r.URL.Path))
+			api.WriteError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the API is POST /v1/execute", r.URL.Path))
 			return
 		}
 		for _, m := range rt.methods {
@@ -51,22 +47,22 @@ func (s *Server) routes() http.Handler {
 		}
 		allow := strings.Join(rt.methods, ", ")
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
+		api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
 	})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.draining.Load():
-		writeError(w, http.StatusServiceUnavailable, "shutting down")
+		api.WriteError(w, http.StatusServiceUnavailable, "shutting down")
 	case !s.opts.Backend.Ready():
-		writeError(w, http.StatusServiceUnavailable, "backend not ready: not started or shutting down")
+		api.WriteError(w, http.StatusServiceUnavailable, "backend not ready: not started or shutting down")
 	default:
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
 }
 
@@ -92,8 +88,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		// keeps serving.
 		if p := recover(); p != nil {
 			e.err = fmt.Errorf("backend panicked: %v", p)
-			e.status, e.outcome = http.StatusInternalServerError, OutcomeFailed
-			writeError(w, e.status, "internal error: "+e.err.Error())
+			e.status, e.outcome = http.StatusInternalServerError, api.OutcomeFailed
+			api.WriteError(w, e.status, "internal error: "+e.err.Error())
 		}
 	}()
 
@@ -118,41 +114,27 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
-	e.result, e.status = res, http.StatusOK
-	switch {
-	case res.TimedOut:
-		e.outcome = OutcomeTimeout
-	case res.OOMKilled:
-		e.outcome = OutcomeOOM
-	case res.ExitCode != 0:
-		e.outcome = OutcomeErrorExit
-	default:
-		e.outcome = OutcomeOK
-	}
-	writeJSON(w, http.StatusOK, res)
+	e.result, e.status, e.outcome = res, http.StatusOK, api.OutcomeOf(res)
+	api.WriteJSON(w, http.StatusOK, res)
 }
 
 // writeErr answers err and returns the status and outcome. An *api.Error
 // chooses the status (and Retry-After); anything else is a 500 naming it.
 func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error) (int, string) {
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status <= 599 {
-		if ae.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
-		}
-		writeError(w, ae.Status, ae.Msg)
+	if ae, ok := api.AsError(err); ok {
+		ae.Write(w)
 		if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable {
-			return ae.Status, OutcomeFailed
+			return ae.Status, api.OutcomeFailed
 		}
-		return ae.Status, OutcomeRejected
+		return ae.Status, api.OutcomeRejected
 	}
 	if ctx.Err() != nil {
 		// Nobody may be listening any more, but say what happened.
-		writeError(w, http.StatusServiceUnavailable, "execution cancelled: "+err.Error())
-		return http.StatusServiceUnavailable, OutcomeCanceled
+		api.WriteError(w, http.StatusServiceUnavailable, "execution cancelled: "+err.Error())
+		return http.StatusServiceUnavailable, api.OutcomeCanceled
 	}
-	writeError(w, http.StatusInternalServerError, "execution failed: "+err.Error())
-	return http.StatusInternalServerError, OutcomeFailed
+	api.WriteError(w, http.StatusInternalServerError, "execution failed: "+err.Error())
+	return http.StatusInternalServerError, api.OutcomeFailed
 }
 
 // record logs one line for the request and updates the metrics. The code is
@@ -188,29 +170,11 @@ func (s *Server) record(e *execution) {
 	level := slog.LevelInfo
 	if e.err != nil {
 		attrs = append(attrs, slog.String("error", e.err.Error()))
-		if e.outcome == OutcomeFailed {
+		if e.outcome == api.OutcomeFailed {
 			level = slog.LevelError
 		}
 	}
 	s.log.LogAttrs(context.Background(), level, "execution", attrs...)
-}
-
-// writeJSON writes v as the JSON body with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		body, _ = json.Marshal(api.ErrorBody{Error: "encode response: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
-}
-
-// writeError writes the JSON error body every non-2xx answer carries.
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, api.ErrorBody{Error: msg})
 }
 
 // newRequestID names one request in the log, also for requests that never

@@ -5,20 +5,9 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// Outcomes of an execution, as logged and counted.
-const (
-	OutcomeOK        = "ok"         // ran and exited 0
-	OutcomeErrorExit = "error_exit" // ran and exited non-zero
-	OutcomeTimeout   = "timeout"    // killed at its deadline
-	OutcomeOOM       = "oom"        // killed for memory
-	OutcomeRejected  = "rejected"   // refused: bad request (4xx) or no capacity (503)
-	OutcomeFailed    = "failed"     // the service could not run it (5xx)
-	OutcomeCanceled  = "canceled"   // the client went away or the server stopped
+	"github.com/sandboxd/sandbox/api"
 )
-
-var outcomes = []string{OutcomeOK, OutcomeErrorExit, OutcomeTimeout, OutcomeOOM, OutcomeRejected, OutcomeFailed, OutcomeCanceled}
 
 // durationBuckets span a trivial snippet (tens of ms) to the longest
 // allowed (60 s).
@@ -55,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Every outcome shows from the start, so that rate() over a fresh
 	// series does not miss its first increment.
-	for _, o := range outcomes {
+	for _, o := range api.Outcomes {
 		m.executions.WithLabelValues(o)
 	}
 	return m, nil

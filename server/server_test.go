@@ -124,9 +124,9 @@ func TestExecuteOutcomes(t *testing.T) {
 		result  exec.Result
 		outcome string
 	}{
-		{"error exit", exec.Result{ExitCode: 1}, OutcomeErrorExit},
-		{"timeout", exec.Result{ExitCode: -1, TimedOut: true}, OutcomeTimeout},
-		{"oom", exec.Result{ExitCode: 137, OOMKilled: true}, OutcomeOOM},
+		{"error exit", exec.Result{ExitCode: 1}, api.OutcomeErrorExit},
+		{"timeout", exec.Result{ExitCode: -1, TimedOut: true}, api.OutcomeTimeout},
+		{"oom", exec.Result{ExitCode: 137, OOMKilled: true}, api.OutcomeOOM},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,17 +154,17 @@ func TestErrors(t *testing.T) {
 		outcome    string // "" when no execution line is expected
 	}{
 		{name: "malformed JSON", method: "POST", path: "/v1/execute", body: `{"code":`,
-			status: 400, msg: "malformed JSON", outcome: OutcomeRejected},
+			status: 400, msg: "malformed JSON", outcome: api.OutcomeRejected},
 		{name: "unknown field", method: "POST", path: "/v1/execute", body: `{"code":"x","lang":"py"}`,
-			status: 400, msg: `unknown field "lang"`, outcome: OutcomeRejected},
+			status: 400, msg: `unknown field "lang"`, outcome: api.OutcomeRejected},
 		{name: "missing code", method: "POST", path: "/v1/execute", body: `{}`,
-			status: 400, msg: "missing code", outcome: OutcomeRejected},
+			status: 400, msg: "missing code", outcome: api.OutcomeRejected},
 		{name: "timeout out of range", method: "POST", path: "/v1/execute", body: `{"code":"x","timeout_s":600}`,
-			status: 400, msg: "timeout_s 600 out of range", outcome: OutcomeRejected},
+			status: 400, msg: "timeout_s 600 out of range", outcome: api.OutcomeRejected},
 		{name: "bad path", method: "POST", path: "/v1/execute", body: `{"code":"x","files":[{"path":"../x","content":""}]}`,
-			status: 400, msg: `files[0]: file path "../x"`, outcome: OutcomeRejected},
+			status: 400, msg: `files[0]: file path "../x"`, outcome: api.OutcomeRejected},
 		{name: "body too large", method: "POST", path: "/v1/execute", body: `{"code":"` + strings.Repeat("x", 2000) + `"}`,
-			status: 413, msg: "limit is 1024 bytes", outcome: OutcomeRejected},
+			status: 413, msg: "limit is 1024 bytes", outcome: api.OutcomeRejected},
 		{name: "wrong method", method: "GET", path: "/v1/execute",
 			status: 405, msg: "method GET not allowed", header: [2]string{"Allow", "POST"}},
 		{name: "wrong method on health", method: "POST", path: "/healthz",
@@ -172,14 +172,14 @@ func TestErrors(t *testing.T) {
 		{name: "unknown path", method: "GET", path: "/v1/exec",
 			status: 404, msg: `no such path "/v1/exec"`},
 		{name: "no capacity", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: api.ErrNoCapacity,
-			status: 503, msg: "no warm sandbox pod available", header: [2]string{"Retry-After", "5"}, outcome: OutcomeRejected},
+			status: 503, msg: "no warm sandbox pod available", header: [2]string{"Retry-After", "5"}, outcome: api.OutcomeRejected},
 		{name: "backend bad request", method: "POST", path: "/v1/execute", body: `{"code":"x"}`,
 			backendErr: fmt.Errorf("write files: %w", api.Errorf(400, "files[0]: a symlink escapes")),
-			status:     400, msg: "a symlink escapes", outcome: OutcomeRejected},
+			status:     400, msg: "a symlink escapes", outcome: api.OutcomeRejected},
 		{name: "backend error without a status", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: &api.Error{Msg: "oops"},
-			status: 500, msg: "execution failed: oops", outcome: OutcomeFailed},
+			status: 500, msg: "execution failed: oops", outcome: api.OutcomeFailed},
 		{name: "backend failure", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: errors.New("create pod: quota exceeded"),
-			status: 500, msg: "execution failed: create pod: quota exceeded", outcome: OutcomeFailed},
+			status: 500, msg: "execution failed: create pod: quota exceeded", outcome: api.OutcomeFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,7 +233,7 @@ func TestBackendPanic(t *testing.T) {
 	if rec.Code != 500 || !strings.Contains(errorOf(t, rec), "boom") {
 		t.Errorf("status %d body %s, want 500 naming the panic", rec.Code, rec.Body)
 	}
-	if got := logs.onlyLine(t)["outcome"]; got != OutcomeFailed {
+	if got := logs.onlyLine(t)["outcome"]; got != api.OutcomeFailed {
 		t.Errorf("outcome = %v", got)
 	}
 }

@@ -1,0 +1,82 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/sandboxd/sandbox/exec"
+)
+
+// Result is the body of a 200 answer to POST /v1/execute. It is exec.Result
+// under the wire format's name: exec produces it and stays on the standard
+// library without importing this package (which imports exec), so the struct
+// and its JSON names are declared there, once, and clients need only api.
+type Result = exec.Result
+
+// Outcomes of an execution, as the service and the runner log them and as
+// the service counts them in sandbox_executions_total.
+const (
+	OutcomeOK        = "ok"         // ran and exited 0
+	OutcomeErrorExit = "error_exit" // ran and exited non-zero
+	OutcomeTimeout   = "timeout"    // killed at its deadline
+	OutcomeOOM       = "oom"        // killed for memory
+	OutcomeRejected  = "rejected"   // refused: bad request (4xx) or no capacity (503)
+	OutcomeFailed    = "failed"     // could not be run (5xx)
+	OutcomeCanceled  = "canceled"   // the client went away or the server stopped
+)
+
+// Outcomes lists every outcome, for metrics that show each from the start.
+var Outcomes = []string{OutcomeOK, OutcomeErrorExit, OutcomeTimeout, OutcomeOOM, OutcomeRejected, OutcomeFailed, OutcomeCanceled}
+
+// OutcomeOf names the outcome of a run that produced r.
+func OutcomeOf(r Result) string {
+	switch {
+	case r.TimedOut:
+		return OutcomeTimeout
+	case r.OOMKilled:
+		return OutcomeOOM
+	case r.ExitCode != 0:
+		return OutcomeErrorExit
+	}
+	return OutcomeOK
+}
+
+// WriteJSON writes v as the JSON body of an answer with status. A value
+// that cannot be encoded becomes a 500 with an error body.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(ErrorBody{Error: "encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// WriteError writes the JSON error body every non-2xx answer carries.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, ErrorBody{Error: msg})
+}
+
+// Write answers with e: its status, its Retry-After when set, its message.
+func (e *Error) Write(w http.ResponseWriter) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
+	WriteError(w, e.Status, e.Msg)
+}
+
+// AsError returns the *Error in err's chain when it names an HTTP error
+// status (4xx or 5xx).
+func AsError(err error) (*Error, bool) {
+	var ae *Error
+	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status <= 599 {
+		return ae, true
+	}
+	return nil, false
+}
