@@ -271,26 +271,35 @@ func jsonType(goType string) string {
 }
 
 // FromJob is the inverse of Decode: it builds the request that makes an
-// in-pod runner run the same job. Content that is not valid UTF-8 is sent
-// as base64 so that every byte survives JSON.
+// in-pod runner run the same job.
 func FromJob(job exec.Job) ExecuteRequest {
 	req := ExecuteRequest{Code: job.Code}
 	if job.Timeout > 0 {
-		// Round up: a job never gets less time than it was given.
-		s := int((job.Timeout + time.Second - 1) / time.Second)
+		s := TimeoutS(job.Timeout)
 		req.TimeoutS = &s
 	}
 	if len(job.Files) > 0 {
 		req.Files = make([]File, len(job.Files))
 		for i, f := range job.Files {
-			if utf8.Valid(f.Content) {
-				req.Files[i] = File{Path: f.Path, Content: string(f.Content)}
-			} else {
-				req.Files[i] = File{Path: f.Path, Content: base64.StdEncoding.EncodeToString(f.Content), Encoding: EncodingBase64}
-			}
+			req.Files[i] = FileOf(f.Path, f.Content)
 		}
 	}
 	return req
+}
+
+// TimeoutS is d in the whole seconds of timeout_s, rounded up: a job never
+// gets less time than it was given.
+func TimeoutS(d time.Duration) int {
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// FileOf is the wire form of a file with content: text when it is valid
+// UTF-8, else base64, so that every byte survives JSON.
+func FileOf(path string, content []byte) File {
+	if utf8.Valid(content) {
+		return File{Path: path, Content: string(content)}
+	}
+	return File{Path: path, Content: base64.StdEncoding.EncodeToString(content), Encoding: EncodingBase64}
 }
 
 // Encode returns the JSON body for req; the pool and the client use it.

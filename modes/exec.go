@@ -1,7 +1,6 @@
 package modes
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/client"
@@ -102,8 +100,7 @@ func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
 		}
 		code = string(b)
 	}
-	// Round up: the snippet never gets less time than asked for.
-	timeout := int((c.Timeout + time.Second - 1) / time.Second)
+	timeout := api.TimeoutS(c.Timeout)
 	req := api.ExecuteRequest{Code: code, TimeoutS: &timeout}
 	for _, spec := range c.Files {
 		dst, src, ok := strings.Cut(spec, "=")
@@ -117,11 +114,7 @@ func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
 		if err != nil {
 			return api.ExecuteRequest{}, fmt.Errorf("--file %q: %w", spec, err)
 		}
-		f := api.File{Path: dst, Content: string(b)}
-		if !utf8.Valid(b) {
-			f = api.File{Path: dst, Content: base64.StdEncoding.EncodeToString(b), Encoding: api.EncodingBase64}
-		}
-		req.Files = append(req.Files, f)
+		req.Files = append(req.Files, api.FileOf(dst, b))
 	}
 	return req, nil
 }
