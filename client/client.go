@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/exec"
 )
 
 // maxResponse bounds how much of an answer the client reads (64 MiB): two
@@ -78,14 +77,14 @@ func (e *Error) Temporary() bool {
 // Execute runs one snippet and returns its result. A snippet that fails is
 // still a result (see Result.ExitCode, TimedOut); the error is for requests
 // that did not run: an *Error for a non-2xx answer, or a transport error.
-func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest) (exec.Result, error) {
+func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest) (api.Result, error) {
 	body, err := api.Encode(req)
 	if err != nil {
-		return exec.Result{}, err
+		return api.Result{}, err
 	}
-	var res exec.Result
+	var res api.Result
 	if err := c.do(ctx, http.MethodPost, "/v1/execute", body, &res); err != nil {
-		return exec.Result{}, err
+		return api.Result{}, err
 	}
 	return res, nil
 }

@@ -51,8 +51,8 @@ func TestPoolPodDiesMidRun(t *testing.T) {
 			}
 			after := time.Since(deleted)
 			t.Logf("deleted %s mid-run; answer %s after the delete: %s", victim.Name, after.Round(time.Millisecond), r)
-			if r.status < 500 {
-				t.Errorf("status %d, want a 5xx: %s", r.status, r)
+			if r.status() < 500 {
+				t.Errorf("status %d, want a 5xx: %s", r.status(), r)
 			}
 			if msg := r.errorMsg(); !strings.Contains(msg, victim.Name) || !strings.Contains(msg, "deleted") {
 				t.Errorf("error %q does not name the pod %s and its deletion", msg, victim.Name)
@@ -177,8 +177,8 @@ func TestPoolPodGoesSilentMidRun(t *testing.T) {
 				t.Fatalf("after cutting %s's network mid-run: %v", victim.Name, err)
 			}
 			t.Logf("cut %s's network mid-run; answer %s after the cut: %s", victim.Name, time.Since(cut).Round(time.Millisecond), r)
-			if r.status != 502 {
-				t.Errorf("status %d, want 502: %s", r.status, r)
+			if r.status() != 502 {
+				t.Errorf("status %d, want 502: %s", r.status(), r)
 			}
 			if msg := r.errorMsg(); !strings.Contains(msg, victim.Name) || !strings.Contains(msg, "lost the runner") {
 				t.Errorf("error %q does not name the pod %s and the lost runner", msg, victim.Name)

@@ -4,11 +4,9 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,6 +23,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
 	"github.com/sandboxd/sandbox/kube"
 )
@@ -121,51 +120,56 @@ func poolTarget(ctx context.Context, t *testing.T, base string) int {
 	return 0
 }
 
-// reply is one raw answer of POST /v1/execute.
+// reply is one answer of POST /v1/execute as the client saw it: a result,
+// or the service's error.
 type reply struct {
-	status int
-	header http.Header
-	body   []byte
-	took   time.Duration
+	res  api.Result
+	err  *client.Error // nil when the service answered with a result
+	took time.Duration
 }
 
-// errorMsg is the "error" field of a JSON error body, or the raw body.
-func (r reply) errorMsg() string {
-	var eb api.ErrorBody
-	if json.Unmarshal(r.body, &eb) == nil && eb.Error != "" {
-		return eb.Error
+// status is the answer's HTTP status.
+func (r reply) status() int {
+	if r.err != nil {
+		return r.err.StatusCode
 	}
-	return string(r.body)
+	return http.StatusOK
+}
+
+// errorMsg is the service's error message, "" for a result.
+func (r reply) errorMsg() string {
+	if r.err != nil {
+		return r.err.Message
+	}
+	return ""
 }
 
 func (r reply) String() string {
-	return fmt.Sprintf("%d after %s: %s", r.status, r.took.Round(time.Millisecond), clipOut(string(r.body)))
+	what := fmt.Sprintf("exit %d, stdout %q, stderr %q", r.res.ExitCode, clipOut(r.res.Stdout), clipOut(r.res.Stderr))
+	if r.err != nil {
+		what = r.err.Message
+	}
+	return fmt.Sprintf("%d after %s: %s", r.status(), r.took.Round(time.Millisecond), what)
 }
 
 // post sends one execution and returns whatever answered, without the
 // retries of execute: these tests judge the answer itself. It does not call
 // t, so a goroutine may use it.
 func post(ctx context.Context, base, code string, timeoutS int) (reply, error) {
-	body, err := json.Marshal(api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+	cl, err := client.New(base)
 	if err != nil {
 		return reply{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/execute", bytes.NewReader(body))
-	if err != nil {
-		return reply{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	res, err := cl.Execute(ctx, api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+	r := reply{res: res, took: time.Since(start)}
+	if errors.As(err, &r.err) {
+		return r, nil
+	}
 	if err != nil {
 		return reply{}, fmt.Errorf("POST /v1/execute: %w", err)
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return reply{}, fmt.Errorf("read answer: %w", err)
-	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: raw, took: time.Since(start)}, nil
+	return r, nil
 }
 
 // poolKey holds the serve pod a pool test talks to.
@@ -252,12 +256,12 @@ func TestPoolEmpty503(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("answer: %s, Retry-After %q", r, r.header.Get("Retry-After"))
-			if r.status != http.StatusServiceUnavailable {
-				t.Errorf("status %d, want 503", r.status)
+			t.Logf("answer: %s", r)
+			if r.status() != http.StatusServiceUnavailable {
+				t.Errorf("status %d, want 503", r.status())
 			}
-			if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 {
-				t.Errorf("Retry-After %q, want a number of seconds", r.header.Get("Retry-After"))
+			if r.err == nil || r.err.RetryAfter < time.Second {
+				t.Errorf("answer %s: want Retry-After of at least a second", r)
 			}
 			if msg := r.errorMsg(); msg != noCapacityMsg {
 				t.Errorf("error %q, want %q", msg, noCapacityMsg)

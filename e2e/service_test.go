@@ -3,12 +3,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,37 +18,22 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/exec"
 )
 
 // execute posts one snippet to the service at base, retrying while the
 // service says it has no capacity (a warm pool refilling), until ctx ends.
-func execute(ctx context.Context, t *testing.T, base, code string, timeoutS int) exec.Result {
+func execute(ctx context.Context, t *testing.T, base, code string, timeoutS int) api.Result {
 	t.Helper()
-	body, _ := json.Marshal(api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(timeoutS)*time.Second+90*time.Second)
 	defer cancel()
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/execute", bytes.NewReader(body))
+		r, err := post(ctx, base, code, timeoutS)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST /v1/execute: %v", err)
-		}
-		raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("read response: %v", err)
-		}
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			wait := 2 * time.Second
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-				wait = time.Duration(s) * time.Second
-			}
-			t.Logf("service busy (%s), retrying in %s", strings.TrimSpace(string(raw)), wait)
+		if r.status() == http.StatusServiceUnavailable {
+			wait := max(r.err.RetryAfter, 2*time.Second)
+			t.Logf("service busy (%s), retrying in %s", r.errorMsg(), wait)
 			select {
 			case <-ctx.Done():
 				t.Fatalf("service stayed unavailable: %v", ctx.Err())
@@ -60,14 +41,10 @@ func execute(ctx context.Context, t *testing.T, base, code string, timeoutS int)
 			}
 			continue
 		}
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("POST /v1/execute: %s: %s", resp.Status, raw)
+		if r.err != nil {
+			t.Fatalf("POST /v1/execute: %s", r)
 		}
-		var res exec.Result
-		if err := json.Unmarshal(raw, &res); err != nil {
-			t.Fatalf("decode result %q: %v", raw, err)
-		}
-		return res
+		return r.res
 	}
 }
 
@@ -108,7 +85,7 @@ func TestNoReuse(t *testing.T) {
 		Assess("different sandbox_ids, first pod deleted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			first := execute(ctx, t, service(ctx), hostnameCode, 20)
 			second := execute(ctx, t, service(ctx), hostnameCode, 20)
-			for i, r := range []exec.Result{first, second} {
+			for i, r := range []api.Result{first, second} {
 				if r.ExitCode != 0 || r.SandboxID == "" {
 					t.Fatalf("run %d: exit %d, sandbox_id %q, stderr %q", i+1, r.ExitCode, r.SandboxID, r.Stderr)
 				}

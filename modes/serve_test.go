@@ -16,7 +16,6 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/server"
 )
 
@@ -142,7 +141,7 @@ func TestServeAndExec(t *testing.T) {
 func TestExecJSON(t *testing.T) {
 	url := startServe(t)
 	code, stdout, _ := runExec(t, url, "--json", "-c", "import sys; print('hi'); sys.exit(2)")
-	var res exec.Result
+	var res api.Result
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("--json printed %q: %v", stdout, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/exec"
 )
 
 // answer is one POST /v1/execute as verify saw it: the raw status and body
@@ -22,7 +21,7 @@ import (
 type answer struct {
 	Status  int
 	Body    string
-	Result  exec.Result
+	Result  api.Result
 	Err     string // the error body's message on a non-2xx answer
 	Elapsed time.Duration
 }
