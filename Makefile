@@ -49,15 +49,8 @@ bench:
 	  /^Benchmark/ { printf "%-52s %12.3f ", $$1, $$3 / 1e6; \
 	    for (i = 5; i < NF; i += 2) { v = $$i; u = $$(i + 1); \
 	      if (u ~ /-ns$$/) { v = sprintf("%.3f", v / 1e6); sub(/-ns$$/, "-ms", u) } \
-	      if (u == "overhead-median-ms") { n = $$1; sub(/-[0-9]+$$/, "", n); over[n] = v + 0 } \
 	      printf " %s %s", v, u } \
-	    print "" } \
-	  function verdict(what, name) { if (name in over) \
-	    printf "  %-70s %6.3f ms  %s\n", what, over[name], (over[name] <= 5 ? "met" : "missed") } \
-	  END { print "\ntarget: the runner adds at most 5 ms to bare python3 at the median"; \
-	    verdict("a warm pod, the one job of its runner (BenchmarkRunnerFirstJob)", "BenchmarkRunnerFirstJob"); \
-	    verdict("the local backend, exec.Run in a running process (BenchmarkRunPrint1)", "BenchmarkRunPrint1"); \
-	    verdict("sandbox run --code-file, a new process (BenchmarkRunOverhead)", "BenchmarkRunOverhead/interleaved") }' bin/bench.txt; \
+	    print "" }' bin/bench.txt; \
 	exit $$status
 
 fmt:

@@ -1,9 +1,7 @@
 // Command sandbox runs untrusted Python for AI agents in one-use Kubernetes pods.
 //
 // The modes live in package modes; main only hands it the process's arguments
-// and streams and turns its error into an exit code. One command line never
-// gets here: package modes/oneshot answers `sandbox run --code-file` in its
-// init, before the packages that only the other modes use initialise.
+// and streams and turns its error into an exit code.
 package main
 
 import (

@@ -4,24 +4,15 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/sandboxd/sandbox/modes/oneshot"
 	"github.com/sandboxd/sandbox/runner"
 )
-
-// RunCmd runs one snippet: from a file here (--code-file), or as the pod
-// entrypoint that takes exactly one job over HTTP and then exits. Its flags
-// and the --code-file form live in package oneshot, which answers that form
-// before the rest of the binary initialises.
-type RunCmd struct {
-	oneshot.Cmd
-}
 
 // Run runs the chosen form.
 func (c *RunCmd) Run(d *Deps) error {
 	if c.CodeFile != "" {
-		return c.RunFile(d.Ctx, d.Stdout)
+		return c.runFile(d.Ctx, d.Stdout)
 	}
-	opts := c.Options()
+	opts := c.options()
 	opts.Dir = c.Workdir
 	if opts.Dir == "" {
 		opts.Dir = "/work"

@@ -14,20 +14,17 @@ import (
 	"time"
 )
 
-// BenchmarkRunOverhead compares `sandbox run --code-file` of print(1) with
-// bare `python3 -c 'print(1)'` on the same interpreter (the target: the
-// runner adds at most 5 ms at the median), and with the same command line of
-// runneronly, a binary that links only the runner and kong: what a separate
-// runner binary would cost. The sub-benchmarks give each one's ns/op;
-// "interleaved" alternates the three so that all see the same machine load,
-// and reports their medians and the overheads over bare python.
+// BenchmarkRunOverhead compares `sandbox run --code-file` of print(1), a
+// whole new process, with bare `python3 -c 'print(1)'` on the same
+// interpreter. The sub-benchmarks give each one's ns/op; "interleaved"
+// alternates the two so that both see the same machine load, and reports
+// their medians and the overhead over bare python.
 func BenchmarkRunOverhead(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds the binary")
 	}
 	dir := b.TempDir()
 	bin := buildBinary(b, dir, "sandbox", "github.com/sandboxd/sandbox")
-	floor := buildBinary(b, dir, "runneronly", "./oneshot/testdata/runneronly")
 	codeFile := filepath.Join(dir, "print1.py")
 	if err := os.WriteFile(codeFile, []byte("print(1)\n"), 0o644); err != nil {
 		b.Fatal(err)
@@ -43,7 +40,6 @@ func BenchmarkRunOverhead(b *testing.B) {
 	}
 	bare := func() { mustRun(b, python, "-c", "print(1)") }
 	runner := func() { mustRun(b, bin, "run", "--code-file", codeFile) }
-	runnerOnly := func() { mustRun(b, floor, "run", "--code-file", codeFile) }
 
 	b.Run("python", func(b *testing.B) {
 		for b.Loop() {
@@ -55,23 +51,16 @@ func BenchmarkRunOverhead(b *testing.B) {
 			runner()
 		}
 	})
-	b.Run("runneronly", func(b *testing.B) {
-		for b.Loop() {
-			runnerOnly()
-		}
-	})
 	b.Run("interleaved", func(b *testing.B) {
-		var tp, tr, to []time.Duration
+		var tp, tr []time.Duration
 		for b.Loop() {
 			tp = append(tp, timed(bare))
 			tr = append(tr, timed(runner))
-			to = append(to, timed(runnerOnly))
 		}
-		mp, mr, mo := median(tp), median(tr), median(to)
+		mp, mr := median(tp), median(tr)
 		b.ReportMetric(float64(mp.Nanoseconds()), "python-median-ns")
 		b.ReportMetric(float64(mr.Nanoseconds()), "runner-median-ns")
 		b.ReportMetric(float64((mr - mp).Nanoseconds()), "overhead-median-ns")
-		b.ReportMetric(float64((mo - mp).Nanoseconds()), "runneronly-overhead-median-ns")
 	})
 }
 
@@ -79,8 +68,7 @@ func BenchmarkRunOverhead(b *testing.B) {
 // iteration starts `sandbox run` serving HTTP (as the pod does), waits until
 // it is ready, and times one print(1) job over a new connection, whose
 // answer is the runner's first and only. It alternates with bare python3, so
-// that both see the same load, and reports the medians; the target is the
-// same 5 ms.
+// that both see the same load, and reports the medians.
 func BenchmarkRunnerFirstJob(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds the binary")

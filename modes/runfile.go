@@ -1,20 +1,4 @@
-// Package oneshot holds the flags of `sandbox run` and its --code-file form:
-// run one snippet here and print the result JSON.
-//
-// It is also the one package below main that ends the process, on purpose.
-// Go runs every package's init before main, and in this binary that is about
-// 10 ms of client-go, Prometheus and protobuf set-up that `run --code-file`
-// never uses, against a target of at most 5 ms over bare python3. The Go
-// spec fixes the order of package initialisation (by import path, each
-// package after its imports), and this package imports only kong, exec and
-// the standard library, so its init runs before the costly ones (client-go's
-// scheme, the API types, Prometheus); some small ones still come first.
-// When the command line is `sandbox run --code-file ...`, init runs the
-// snippet and exits; for anything else it returns and the binary starts as
-// usual, so every other command line, errors and --help included, is
-// handled by package modes alone. TestEarlyExitSkipsHeavyInit guards the
-// order.
-package oneshot
+package modes
 
 import (
 	"context"
@@ -23,18 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
-
-	"github.com/alecthomas/kong"
 
 	"github.com/sandboxd/sandbox/exec"
 )
 
-// Cmd is every flag of `sandbox run`, both forms. Package modes embeds it and
-// adds the HTTP form; the flags are declared once, so both parsers agree.
-type Cmd struct {
+// RunCmd runs one snippet: from a file here (--code-file), or as the pod
+// entrypoint that takes exactly one job over HTTP and then exits.
+type RunCmd struct {
 	CodeFile    string        `name:"code-file" env:"SANDBOX_CODE_FILE" placeholder:"FILE" help:"Run this Python file here and print the result JSON (- reads standard input). Without it, serve one job over HTTP."`
 	Timeout     time.Duration `default:"20s" env:"SANDBOX_TIMEOUT" help:"Timeout of a --code-file snippet."`
 	MaxTimeout  time.Duration `name:"max-timeout" default:"60s" env:"SANDBOX_MAX_TIMEOUT" help:"Longest timeout a job may ask for."`
@@ -50,7 +30,7 @@ type Cmd struct {
 }
 
 // Validate checks the flags before anything runs.
-func (c *Cmd) Validate() error {
+func (c *RunCmd) Validate() error {
 	switch {
 	case c.Timeout <= 0:
 		return errors.New("--timeout must be positive")
@@ -66,19 +46,19 @@ func (c *Cmd) Validate() error {
 	return nil
 }
 
-// Options are the exec options the flags ask for; Dir is left to the form.
-func (c *Cmd) Options() exec.Options {
+// options are the exec options the flags ask for; Dir is left to the form.
+func (c *RunCmd) options() exec.Options {
 	return exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit, MaxProcs: c.MaxProcs,
 		MaxFileSize: c.MaxFileSize, UnsafeKillLeaderOnly: c.UnsafeKillLeaderOnly}
 }
 
-// RunFile runs the --code-file snippet here and writes its result to stdout.
-func (c *Cmd) RunFile(ctx context.Context, stdout io.Writer) error {
+// runFile runs the --code-file snippet here and writes its result to stdout.
+func (c *RunCmd) runFile(ctx context.Context, stdout io.Writer) error {
 	code, err := readCode(c.CodeFile)
 	if err != nil {
 		return err
 	}
-	opts := c.Options()
+	opts := c.options()
 	opts.Dir = c.Workdir
 	if opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "sandbox-run-")
@@ -98,39 +78,6 @@ func (c *Cmd) RunFile(ctx context.Context, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(res)
-}
-
-func init() {
-	if len(os.Args) < 2 || os.Args[1] != "run" {
-		return
-	}
-	if code, ok := early(os.Args[1:], os.Stdout, os.Stderr); ok {
-		os.Exit(code)
-	}
-}
-
-// early runs args if they are exactly a valid `run --code-file` command line
-// and reports the exit code; ok is false, and nothing has happened, for any
-// other command line. Its parser has no --help flag, so a request for help is
-// an unknown flag here and goes on to the full parser with every error.
-func early(args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	var cli struct {
-		Run Cmd `cmd:""`
-	}
-	parser, err := kong.New(&cli, kong.Name("sandbox"), kong.NoDefaultHelp(), kong.Writers(io.Discard, io.Discard))
-	if err != nil {
-		return 0, false
-	}
-	if _, err := parser.Parse(args); err != nil || cli.Run.CodeFile == "" {
-		return 0, false
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := cli.Run.RunFile(ctx, stdout); err != nil {
-		fmt.Fprintf(stderr, "sandbox: %v\n", err)
-		return 1, true
-	}
-	return 0, true
 }
 
 func readCode(file string) (string, error) {
