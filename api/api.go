@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/sandboxd/sandbox/exec"
 )
 
 // Limits of a request. The numbers come from the product's published limits.
 const (
-	// DefaultTimeoutS is the snippet timeout when a request names none.
-	DefaultTimeoutS = 20
+	// DefaultTimeoutS is the snippet timeout when a request names none:
+	// exec's default, in the whole seconds of timeout_s.
+	DefaultTimeoutS = int(exec.DefaultTimeout / time.Second)
 	// MaxTimeoutS is the longest a snippet may run.
 	MaxTimeoutS = 60
 	// DefaultMaxBody bounds a request body (1 MiB) so a client cannot make

@@ -217,12 +217,11 @@ func TestPoolRefill(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// emptyPool redeploys serve with a pool that never has a Ready pod: its
-// runners listen on another port than the one their readiness probe (and
-// the pool) use, so its one pod stays Running and not Ready. (--pool-size 0
-// is refused by serve.)
+// emptyPool redeploys serve with a pool that never has a Ready pod (the
+// never-ready weakening), so its one pod stays Running and not Ready.
+// (--pool-size 0 is refused by serve.)
 var emptyPool = serveChange{
-	args:     []string{"--pool-size=1", "--pool-wait=2s", "--runner-arg=--listen=:8081"},
+	args:     []string{"--pool-size=1", "--pool-wait=2s", "--unsafe=never-ready"},
 	coldPool: true,
 }
 

@@ -60,8 +60,8 @@ const (
 	// needs to write.
 	DefaultMaxFileSize = 100 << 20
 
-	// DefaultTimeout applies when Job.Timeout is zero; it matches the API's
-	// default of 20 seconds.
+	// DefaultTimeout applies when Job.Timeout is zero; api.DefaultTimeoutS,
+	// the request's default, is defined from it.
 	DefaultTimeout = 20 * time.Second
 )
 

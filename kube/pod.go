@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // Limits of a snippet pod. CPU and memory come from the product's published
@@ -72,18 +74,11 @@ type PodOptions struct {
 	// node only one sandbox pod fits beside the control plane.
 	CPURequest string
 
-	// RunnerArgs are appended to the runner's arguments. verify's negative
-	// tests use it to weaken the runner; the manifests never set it.
-	RunnerArgs []string
-	// Unsafe weakens the pod on purpose so that verify can show its probes
-	// fail: UnsafeRootToken runs the runner as root with the service-account
-	// token mounted. Empty in every real deployment; the restricted namespace
-	// refuses such a pod anyway.
-	Unsafe string
+	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
+	// in every real deployment. The restricted namespace refuses a
+	// root-token pod anyway.
+	Unsafe weaken.Set
 }
-
-// UnsafeRootToken is the only Unsafe mode: uid 0 and a mounted token.
-const UnsafeRootToken = "root-token"
 
 // ValidateCPURequest checks a CPURequest: a quantity above zero and not
 // above the limit.
@@ -97,14 +92,6 @@ func ValidateCPURequest(q string) error {
 	}
 	if v.Sign() <= 0 || v.Cmp(resource.MustParse(SnippetCPU)) > 0 {
 		return fmt.Errorf("cpu request %q: must be above 0 and at most the %s CPU limit", q, SnippetCPU)
-	}
-	return nil
-}
-
-// ValidateUnsafe checks an Unsafe mode name.
-func ValidateUnsafe(mode string) error {
-	if mode != "" && mode != UnsafeRootToken {
-		return fmt.Errorf("unknown unsafe pod spec %q (only %q)", mode, UnsafeRootToken)
 	}
 	return nil
 }
@@ -131,8 +118,15 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	gid := uid
 	no, yes := false, true
 	nonRoot, mountToken := true, false
-	if o.Unsafe == UnsafeRootToken {
+	if o.Unsafe.Has(weaken.RootToken) {
 		uid, gid, nonRoot, mountToken = 0, 0, false, true
+	}
+	args := []string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir}
+	if o.Unsafe.Has(weaken.NeverReady) {
+		args[2] = ":" + strconv.Itoa(int(port)+1)
+	}
+	for _, n := range o.Unsafe.Names(true) {
+		args = append(args, "--unsafe", n)
 	}
 	deadline := int64(ActiveDeadlineSeconds)
 	grace := int64(0)
@@ -173,7 +167,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 				Name:            RunnerContainer,
 				Image:           o.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Args:            append([]string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir}, o.RunnerArgs...),
+				Args:            args,
 				Env: []corev1.EnvVar{
 					// The uid has no passwd entry; give tools a writable home.
 					{Name: "HOME", Value: Workdir},

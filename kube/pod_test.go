@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -8,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 func testPod(o PodOptions) *corev1.Pod {
@@ -241,16 +244,18 @@ func TestIsReady(t *testing.T) {
 }
 
 func TestSnippetPodUnsafeForVerify(t *testing.T) {
-	if err := ValidateUnsafe("nope"); err == nil {
-		t.Error("unknown unsafe mode accepted")
+	unsafe, err := weaken.Parse([]string{"root-token", "kill-leader-only", "never-ready"}, false)
+	if err != nil {
+		t.Fatal(err)
 	}
-	pod := testPod(PodOptions{Unsafe: UnsafeRootToken, RunnerArgs: []string{"--unsafe-kill-leader-only"}})
+	pod := testPod(PodOptions{Unsafe: unsafe})
 	sc := pod.Spec.Containers[0].SecurityContext
 	if *pod.Spec.SecurityContext.RunAsUser != 0 || *sc.RunAsUser != 0 || *sc.RunAsNonRoot || !*pod.Spec.AutomountServiceAccountToken {
 		t.Errorf("root-token pod: uid %d nonRoot %v token %v", *sc.RunAsUser, *sc.RunAsNonRoot, *pod.Spec.AutomountServiceAccountToken)
 	}
-	if args := pod.Spec.Containers[0].Args; args[len(args)-1] != "--unsafe-kill-leader-only" {
-		t.Errorf("args %v", args)
+	want := []string{"run", "--listen", ":8081", "--workdir", Workdir, "--unsafe", "kill-leader-only"}
+	if args := pod.Spec.Containers[0].Args; !slices.Equal(args, want) {
+		t.Errorf("args %q, want %q", args, want)
 	}
 	// Everything else stays as hardened as ever.
 	if *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || sc.Capabilities.Drop[0] != "ALL" {

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/pool"
 )
 
 //go:embed kustomization.yaml *.yaml
@@ -37,7 +38,7 @@ var files embed.FS
 const (
 	DefaultNamespace = "sandbox"
 	DefaultImage     = "sandbox:dev"
-	DefaultPoolSize  = 3
+	DefaultPoolSize  = pool.DefaultSize
 )
 
 // DefaultAPIServerCIDRs let the service reach the API server on kind: the

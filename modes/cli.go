@@ -54,6 +54,7 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 		kong.UsageOnError(),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit{code}) }),
+		vars(),
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "sandbox: %v\n", err)

@@ -24,10 +24,10 @@ const (
 
 // ExecCmd sends one snippet to a sandbox service and prints its output.
 type ExecCmd struct {
-	URL     string        `env:"SANDBOX_URL" default:"http://127.0.0.1:8080" help:"Base URL of the sandbox service."`
+	URL     string        `env:"SANDBOX_URL" default:"http://${listen}" help:"Base URL of the sandbox service."`
 	Code    string        `short:"c" help:"Python code to run."`
 	Source  string        `arg:"" optional:"" name:"file" help:"File holding the code to run; - reads standard input."`
-	Timeout time.Duration `default:"20s" help:"Time limit of the snippet (whole seconds, at most 60s)."`
+	Timeout time.Duration `default:"${timeout}" help:"Time limit of the snippet (whole seconds, at most ${max_timeout})."`
 	Files   []string      `name:"file" short:"f" sep:"none" placeholder:"PATH[=LOCAL]" help:"Input file put at PATH in the sandbox's working directory, read from LOCAL (default: PATH). Repeatable."`
 	JSON    bool          `name:"json" help:"Print the result as JSON and exit 0 when the snippet ran, whatever its exit code."`
 }

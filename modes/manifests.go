@@ -9,12 +9,12 @@ import (
 // ManifestsCmd prints the manifests that deploy the service, for
 // `sandbox manifests --image ... | kubectl apply -f -`.
 type ManifestsCmd struct {
-	Image          string   `default:"sandbox:dev" env:"SANDBOX_IMAGE" help:"Image of the service and of its sandbox pods."`
-	Namespace      string   `default:"sandbox" help:"Namespace to deploy into (created, with Pod Security restricted)."`
-	PoolSize       int      `name:"pool-size" default:"3" help:"Warm sandbox pods the service keeps Ready."`
+	Image          string   `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the service and of its sandbox pods."`
+	Namespace      string   `default:"${namespace}" help:"Namespace to deploy into (created, with Pod Security restricted)."`
+	PoolSize       int      `name:"pool-size" default:"${pool_size}" help:"Warm sandbox pods the service keeps Ready."`
 	RuntimeClass   string   `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
-	PodCPURequest  string   `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their 1-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
-	APIServerCIDRs []string `name:"api-server-cidr" default:"10.96.0.1/32,172.16.0.0/12" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
+	PodCPURequest  string   `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
+	APIServerCIDRs []string `name:"api-server-cidr" default:"${api_server_cidrs}" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
 }
 
 // Run renders and prints the manifests.

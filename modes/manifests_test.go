@@ -44,7 +44,7 @@ func TestNewKubeBackendValidates(t *testing.T) {
 		"pool wait":   {Image: "x", PoolSize: 1, PoolWait: 0, RunnerPort: 8080},
 		"runner port": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 70000},
 		"image":       {PoolSize: 1, PoolWait: 1, RunnerPort: 8080},
-		"unsafe":      {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, UnsafePodSpec: "everything"},
+		"unsafe":      {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, Unsafe: []string{"everything"}},
 		"cpu request": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, CPURequest: "4"},
 	} {
 		if _, _, err := newKubeBackend(&f, slog.New(slog.DiscardHandler)); err == nil {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/runner"
 )
 
@@ -15,7 +16,7 @@ func (c *RunCmd) Run(d *Deps) error {
 	opts := c.options()
 	opts.Dir = c.Workdir
 	if opts.Dir == "" {
-		opts.Dir = "/work"
+		opts.Dir = kube.Workdir
 	}
 	id := c.SandboxID
 	if id == "" {
@@ -32,8 +33,8 @@ func (c *RunCmd) Run(d *Deps) error {
 	if err != nil {
 		return err
 	}
-	if c.UnsafeKillLeaderOnly {
-		log.Warn("runner deliberately weakened: --unsafe-kill-leader-only leaves the snippet's tree alive at the timeout")
+	if names := c.unsafe().Names(true); names != nil {
+		log.Warn("runner deliberately weakened for verify's negative tests", "unsafe", names)
 	}
 	return s.Run(d.Ctx)
 }

@@ -50,6 +50,8 @@ func TestRunFlagErrors(t *testing.T) {
 		{"run", "--code-file", "/nonexistent.py"},
 		{"run", "--code-file", "x.py", "--timeout", "0s"},
 		{"run", "--code-file", "x.py", "--timeout", "2m"},
+		{"run", "--code-file", "x.py", "--unsafe", "root-token"}, // a pod's weakening, not the runner's
+		{"run", "--code-file", "x.py", "--unsafe", "--listen=:8081"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := modes.Main(args, &stdout, &stderr); code == 0 {

@@ -10,23 +10,25 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // RunCmd runs one snippet: from a file here (--code-file), or as the pod
 // entrypoint that takes exactly one job over HTTP and then exits.
 type RunCmd struct {
 	CodeFile    string        `name:"code-file" env:"SANDBOX_CODE_FILE" placeholder:"FILE" help:"Run this Python file here and print the result JSON (- reads standard input). Without it, serve one job over HTTP."`
-	Timeout     time.Duration `default:"20s" env:"SANDBOX_TIMEOUT" help:"Timeout of a --code-file snippet."`
-	MaxTimeout  time.Duration `name:"max-timeout" default:"60s" env:"SANDBOX_MAX_TIMEOUT" help:"Longest timeout a job may ask for."`
-	MaxOutput   int           `name:"max-output" default:"1048576" env:"SANDBOX_MAX_OUTPUT" help:"Bytes of stdout and of stderr kept (head and tail)."`
+	Timeout     time.Duration `default:"${timeout}" env:"SANDBOX_TIMEOUT" help:"Timeout of a --code-file snippet."`
+	MaxTimeout  time.Duration `name:"max-timeout" default:"${max_timeout}" env:"SANDBOX_MAX_TIMEOUT" help:"Longest timeout a job may ask for."`
+	MaxOutput   int           `name:"max-output" default:"${max_output}" env:"SANDBOX_MAX_OUTPUT" help:"Bytes of stdout and of stderr kept (head and tail)."`
 	MemoryLimit int64         `name:"memory-limit" default:"0" env:"SANDBOX_MEMORY_LIMIT" help:"Cap the snippet's address space at this many bytes (0: only the cgroup's limit)."`
-	MaxProcs    int           `name:"max-procs" default:"0" env:"SANDBOX_MAX_PROCS" help:"RLIMIT_NPROC of the snippet (0: 1024)."`
-	MaxFileSize int64         `name:"max-file-size" default:"0" env:"SANDBOX_MAX_FILE_SIZE" help:"Largest file the snippet may write, in bytes (0: 100 MiB)."`
-	Workdir     string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, /work when serving)."`
-	Listen      string        `default:":8080" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
+	MaxProcs    int           `name:"max-procs" default:"0" env:"SANDBOX_MAX_PROCS" help:"RLIMIT_NPROC of the snippet (0: ${max_procs})."`
+	MaxFileSize int64         `name:"max-file-size" default:"0" env:"SANDBOX_MAX_FILE_SIZE" help:"Largest file the snippet may write, in bytes (0: ${max_file_size})."`
+	Workdir     string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, ${workdir} when serving)."`
+	Listen      string        `default:":${runner_port}" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
 	SandboxID   string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
 
-	UnsafeKillLeaderOnly bool `name:"unsafe-kill-leader-only" hidden:"" help:"At the timeout kill only the snippet's own process, not its tree, to show that verify catches it. Never in production."`
+	// For the e2e suite's negative tests only: see package weaken.
+	Unsafe []string `name:"unsafe" env:"SANDBOX_UNSAFE" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the runner on purpose (${unsafe_run}), to show that verify catches it. Never in production."`
 }
 
 // Validate checks the flags before anything runs.
@@ -43,13 +45,22 @@ func (c *RunCmd) Validate() error {
 	case c.MemoryLimit < 0 || c.MaxProcs < 0 || c.MaxFileSize < 0:
 		return errors.New("--memory-limit, --max-procs and --max-file-size must not be negative")
 	}
+	if _, err := weaken.Parse(c.Unsafe, true); err != nil {
+		return fmt.Errorf("--unsafe: %w", err)
+	}
 	return nil
+}
+
+// unsafe is the weakenings asked for; Validate has refused any other name.
+func (c *RunCmd) unsafe() weaken.Set {
+	s, _ := weaken.Parse(c.Unsafe, true)
+	return s
 }
 
 // options are the exec options the flags ask for; Dir is left to the form.
 func (c *RunCmd) options() exec.Options {
 	return exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit, MaxProcs: c.MaxProcs,
-		MaxFileSize: c.MaxFileSize, UnsafeKillLeaderOnly: c.UnsafeKillLeaderOnly}
+		MaxFileSize: c.MaxFileSize, UnsafeKillLeaderOnly: c.unsafe().Has(weaken.KillLeaderOnly)}
 }
 
 // runFile runs the --code-file snippet here and writes its result to stdout.

@@ -13,23 +13,20 @@ import (
 
 // ServeCmd serves the sandbox HTTP API with the local or the Kubernetes
 // backend.
-//
-// The defaults of --max-body and --shutdown-timeout are api.DefaultMaxBody
-// and server.DefaultShutdownTimeout; TestServeDefaults keeps them in step.
 type ServeCmd struct {
 	Backend         string        `enum:"auto,local,kubernetes" default:"auto" env:"SANDBOX_BACKEND" help:"Where executions run: kubernetes (a warm pool of one-use pods), local (processes on this machine; weaker isolation), or auto: kubernetes inside a cluster (KUBERNETES_SERVICE_HOST set), else local."`
-	Listen          string        `default:"127.0.0.1:8080" env:"SANDBOX_LISTEN" help:"Address to serve the API on."`
-	MaxBody         int64         `name:"max-body" default:"1048576" help:"Largest request body in bytes; larger gets 413."`
-	ShutdownTimeout time.Duration `name:"shutdown-timeout" default:"70s" help:"On SIGTERM, how long executions in flight may finish before they are cancelled."`
+	Listen          string        `default:"${listen}" env:"SANDBOX_LISTEN" help:"Address to serve the API on."`
+	MaxBody         int64         `name:"max-body" default:"${max_body}" help:"Largest request body in bytes; larger gets 413."`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" default:"${shutdown_timeout}" help:"On SIGTERM, how long executions in flight may finish before they are cancelled."`
 	LogFormat       string        `name:"log-format" enum:"auto,text,json" default:"auto" env:"SANDBOX_LOG_FORMAT" help:"Log format on stderr: text, json, or auto (json for the kubernetes backend, text for local)."`
 	LogLevel        string        `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least severe log level shown."`
 
 	MaxConcurrent int           `name:"max-concurrent" group:"local" help:"Local backend: executions at once (default 2 per CPU); more wait in a queue."`
-	QueueWait     time.Duration `name:"queue-wait" group:"local" default:"30s" help:"Local backend: how long an execution waits for a free slot before 503."`
+	QueueWait     time.Duration `name:"queue-wait" group:"local" default:"${queue_wait}" help:"Local backend: how long an execution waits for a free slot before 503."`
 	Isolation     string        `enum:"auto,strict,none" group:"local" default:"auto" help:"Local backend: namespaces (no network, own PIDs) and uid 65534 when root: auto uses them where the host allows, strict refuses to start without them, none turns them off."`
 	Python        string        `group:"local" help:"Local backend: the interpreter (default python3 from the standard PATH)."`
-	MaxOutput     int           `name:"max-output" group:"local" help:"Local backend: bytes kept per stream (default 1 MiB)."`
-	MemoryLimitMB int64         `name:"memory-limit-mb" group:"local" default:"1024" help:"Local backend: each snippet's address-space limit in MiB; 0 for none."`
+	MaxOutput     int           `name:"max-output" group:"local" help:"Local backend: bytes kept per stream (default ${max_output})."`
+	MemoryLimitMB int64         `name:"memory-limit-mb" group:"local" default:"${memory_limit_mb}" help:"Local backend: each snippet's address-space limit in MiB; 0 for none."`
 
 	KubeFlags `embed:""`
 }

@@ -11,31 +11,29 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/manifests"
 	"github.com/sandboxd/sandbox/pool"
 	"github.com/sandboxd/sandbox/server"
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // KubeFlags are serve's flags for the Kubernetes backend; ServeCmd embeds
 // them. In the cluster the Deployment sets them through the environment.
 type KubeFlags struct {
-	Namespace    string        `env:"SANDBOX_NAMESPACE" help:"Namespace of the sandbox pods (default: this pod's namespace in a cluster, else sandbox)."`
-	Image        string        `default:"sandbox:dev" env:"SANDBOX_IMAGE" help:"Image of the sandbox pods (python3 and this binary)."`
-	PoolSize     int           `name:"pool-size" default:"3" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods to keep."`
-	PoolWait     time.Duration `name:"pool-wait" default:"30s" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
+	Namespace    string        `env:"SANDBOX_NAMESPACE" help:"Namespace of the sandbox pods (default: this pod's namespace in a cluster, else ${namespace})."`
+	Image        string        `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the sandbox pods (python3 and this binary)."`
+	PoolSize     int           `name:"pool-size" default:"${pool_size}" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods to keep."`
+	PoolWait     time.Duration `name:"pool-wait" default:"${pool_wait}" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
 	RuntimeClass string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
-	RunnerPort   int           `name:"runner-port" default:"8080" help:"Port of the runner in sandbox pods."`
-	CPURequest   string        `name:"pod-cpu-request" env:"SANDBOX_POD_CPU_REQUEST" help:"CPU request of sandbox pods, below their 1-CPU limit (default: equal to it). Lower it on small nodes so the warm pool fits."`
+	RunnerPort   int           `name:"runner-port" default:"${runner_port}" help:"Port of the runner in sandbox pods."`
+	CPURequest   string        `name:"pod-cpu-request" env:"SANDBOX_POD_CPU_REQUEST" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes so the warm pool fits."`
 	PodName      string        `name:"pod-name" env:"POD_NAME" help:"This serve pod's name (downward API): the owner of the sandbox pods (default: the host name)."`
 	PodUID       string        `name:"pod-uid" env:"POD_UID" help:"This serve pod's UID (downward API): sandbox pods get an ownerReference to it."`
 	Kubeconfig   string        `type:"path" help:"Kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)."`
 
-	// For verify's negative tests only: deliberately weakened sandbox pods.
-	UnsafePodSpec string   `name:"unsafe-pod-spec" env:"SANDBOX_UNSAFE_POD_SPEC" hidden:"" help:"Weaken sandbox pods on purpose (root-token), to show verify's probes can fail. Never in production."`
-	RunnerArgs    []string `name:"runner-arg" hidden:"" help:"Extra argument for the sandbox pods' runner (repeatable)."`
+	// For the e2e suite's negative tests only: see package weaken.
+	Unsafe []string `name:"unsafe" env:"SANDBOX_UNSAFE" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the sandbox pods on purpose (${unsafe_serve}), to show that verify's checks can fail. Never in production."`
 }
-
-// defaultNamespace is used outside a cluster when no --namespace is given.
-const defaultNamespace = "sandbox"
 
 // newKubeBackend builds the warm-pool backend and starts it. The returned
 // func stops the pool -- no new claims, runs in flight finish, warm pods are
@@ -56,15 +54,16 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 	if err := kube.ValidateCPURequest(f.CPURequest); err != nil {
 		return nil, nil, fmt.Errorf("--pod-cpu-request: %w", err)
 	}
-	if err := kube.ValidateUnsafe(f.UnsafePodSpec); err != nil {
-		return nil, nil, fmt.Errorf("--unsafe-pod-spec: %w", err)
+	unsafe, err := weaken.Parse(f.Unsafe, false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--unsafe: %w", err)
 	}
 	ns := f.Namespace
 	if ns == "" {
 		ns = kube.InClusterNamespace()
 	}
 	if ns == "" {
-		ns = defaultNamespace
+		ns = manifests.DefaultNamespace
 	}
 	owner := kube.Owner{Name: f.PodName}
 	if f.PodName != "" && f.PodUID != "" {
@@ -74,8 +73,8 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	if f.UnsafePodSpec != "" || len(f.RunnerArgs) > 0 {
-		log.Warn("sandbox pods deliberately weakened for verify's negative tests", "unsafe_pod_spec", f.UnsafePodSpec, "runner_args", f.RunnerArgs)
+	if names := unsafe.Names(false); names != nil {
+		log.Warn("sandbox pods deliberately weakened for verify's negative tests", "unsafe", names)
 	}
 	p, err := pool.New(pool.Options{
 		Client:    client,
@@ -86,8 +85,7 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 			RunnerPort:   int32(f.RunnerPort),
 			Owner:        owner,
 			CPURequest:   f.CPURequest,
-			RunnerArgs:   f.RunnerArgs,
-			Unsafe:       f.UnsafePodSpec,
+			Unsafe:       unsafe,
 		},
 		Size:   f.PoolSize,
 		Wait:   f.PoolWait,

@@ -16,14 +16,13 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/server"
 )
 
 // parse parses args into a fresh CLI the way Main does.
 func parse(t *testing.T, args ...string) *CLI {
 	t.Helper()
 	var cli CLI
-	p, err := kong.New(&cli, kong.Name("sandbox"), kong.Exit(func(int) { t.Fatalf("kong exited on %q", args) }))
+	p, err := kong.New(&cli, kong.Name("sandbox"), vars(), kong.Exit(func(int) { t.Fatalf("kong exited on %q", args) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,19 +30,6 @@ func parse(t *testing.T, args ...string) *CLI {
 		t.Fatalf("parse %q: %v", args, err)
 	}
 	return &cli
-}
-
-func TestServeDefaults(t *testing.T) {
-	c := parse(t, "serve").Serve
-	if c.MaxBody != api.DefaultMaxBody {
-		t.Errorf("--max-body default %d, want api.DefaultMaxBody %d", c.MaxBody, api.DefaultMaxBody)
-	}
-	if c.ShutdownTimeout != server.DefaultShutdownTimeout {
-		t.Errorf("--shutdown-timeout default %s, want server.DefaultShutdownTimeout %s", c.ShutdownTimeout, server.DefaultShutdownTimeout)
-	}
-	if c.Listen != "127.0.0.1:8080" || c.Backend != "auto" {
-		t.Errorf("listen %q backend %q", c.Listen, c.Backend)
-	}
 }
 
 // startServe runs `sandbox serve --backend local` on a free port and returns
@@ -167,7 +153,10 @@ func TestExecFlags(t *testing.T) {
 		{"exec", "--timeout", "500ms", "-c", "pass"},
 	} {
 		var cli CLI
-		p, _ := kong.New(&cli, kong.Name("sandbox"))
+		p, err := kong.New(&cli, kong.Name("sandbox"), vars())
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := p.Parse(args); err == nil {
 			t.Errorf("%q parsed", args)
 		}

@@ -10,26 +10,26 @@ import (
 // VerifyCmd proves a live deployment's security properties and reports each
 // as PASS, FAIL or INCONCLUSIVE with its evidence.
 type VerifyCmd struct {
-	Namespace  string `default:"sandbox" env:"SANDBOX_NAMESPACE" help:"Namespace of the deployed service and its snippet pods."`
+	Namespace  string `default:"${verify_name}" env:"SANDBOX_NAMESPACE" help:"Namespace of the deployed service and its snippet pods."`
 	URL        string `name:"url" env:"SANDBOX_URL" help:"Base URL of the service; empty opens a port-forward to Service --service."`
 	Kubeconfig string `type:"path" help:"Kubeconfig file (default: KUBECONFIG or ~/.kube/config). Needs admin rights: verify creates a namespace, execs into its control pod and reviews RBAC."`
 	Context    string `name:"context" help:"Kubeconfig context to use."`
-	Service    string `default:"sandbox" help:"Name of the service's Service and Deployment."`
+	Service    string `default:"${verify_name}" help:"Name of the service's Service and Deployment."`
 
-	ServiceAccount string   `default:"sandbox" help:"The service's ServiceAccount, whose rights are reviewed."`
+	ServiceAccount string   `default:"${verify_name}" help:"The service's ServiceAccount, whose rights are reviewed."`
 	Image          string   `help:"Image of verify's canary and control pods (needs python3); default: the service's own image."`
 	MetadataAddr   string   `default:"169.254.169.254:80" help:"Metadata service (or its stand-in) as host:port answering HTTP; empty skips it. Never a real outside address in tests."`
 	InternetAddr   string   `default:"198.51.100.10:80" help:"An 'internet' stand-in as host:port answering HTTP; empty skips it."`
 	StandinToken   string   `help:"Text the stand-ins' answers must contain for the control's reach to count (the e2e stand-ins answer sandbox-canary); empty accepts any HTTP answer."`
-	ClusterDomain  string   `default:"cluster.local" help:"Cluster DNS domain."`
+	ClusterDomain  string   `default:"${cluster_domain}" help:"Cluster DNS domain."`
 	RuntimeClass   string   `help:"runtimeClassName snippet pods must carry (empty: none configured)."`
-	MemoryLimit    string   `default:"512Mi" help:"Memory limit snippet pods must carry."`
-	Parallel       int      `default:"3" help:"Concurrent runs of the parallel check."`
+	MemoryLimit    string   `default:"${snippet_memory}" help:"Memory limit snippet pods must carry."`
+	Parallel       int      `default:"${parallel}" help:"Concurrent runs of the parallel check."`
 	Only           []string `sep:"," enum:"lifecycle,posture,inside,network,runner,rbac,toolcalls" help:"Run only these check groups (comma-separated)."`
 
 	Output            string        `short:"o" default:"table" enum:"table,json,junit" help:"Report format: table, json or junit."`
 	AllowInconclusive bool          `help:"Let INCONCLUSIVE checks pass (FAIL still fails)."`
-	Timeout           time.Duration `default:"10m" help:"Bound on the whole run."`
+	Timeout           time.Duration `default:"${verify_timeout}" help:"Bound on the whole run."`
 	Keep              bool          `hidden:"" help:"Keep verify's namespace afterwards, for debugging."`
 }
 

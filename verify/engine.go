@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/sandboxd/sandbox/kube"
 )
 
 // Options are verify's settings; modes/verify.go maps flags onto them.
@@ -199,22 +201,35 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
+// Defaults of Options; the verify command's flags show them.
+const (
+	// DefaultName is the namespace, Service, Deployment and ServiceAccount
+	// of the service, as the manifests name them.
+	DefaultName          = "sandbox"
+	DefaultClusterDomain = "cluster.local"
+	// DefaultParallel is how many runs the parallel check starts at once.
+	DefaultParallel = 3
+	// DefaultTimeout bounds a whole run, far above the 20 to 30 s one takes
+	// on kind, so that only a hung deployment reaches it.
+	DefaultTimeout = 10 * time.Minute
+)
+
 func setDefaults(o *Options) {
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
 		}
 	}
-	def(&o.Namespace, "sandbox")
-	def(&o.Service, "sandbox")
-	def(&o.ServiceAccount, "sandbox")
-	def(&o.ClusterDomain, "cluster.local")
-	def(&o.MemoryLimit, "512Mi")
+	def(&o.Namespace, DefaultName)
+	def(&o.Service, DefaultName)
+	def(&o.ServiceAccount, DefaultName)
+	def(&o.ClusterDomain, DefaultClusterDomain)
+	def(&o.MemoryLimit, kube.SnippetMemory)
 	if o.Parallel <= 0 {
-		o.Parallel = 3
+		o.Parallel = DefaultParallel
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Minute
+		o.Timeout = DefaultTimeout
 	}
 }
 

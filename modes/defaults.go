@@ -1,0 +1,65 @@
+package modes
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/local"
+	"github.com/sandboxd/sandbox/manifests"
+	"github.com/sandboxd/sandbox/pool"
+	"github.com/sandboxd/sandbox/server"
+	"github.com/sandboxd/sandbox/verify"
+	"github.com/sandboxd/sandbox/weaken"
+)
+
+// defaultListen is where serve listens and where exec looks for it by
+// default: this machine only, since the API has no authentication.
+const defaultListen = "127.0.0.1:8080"
+
+// vars feeds the flags' defaults and help from the constants that define
+// them, so that each number is written once: a tag says default:"${name}"
+// and kong fills it in.
+func vars() kong.Vars {
+	return kong.Vars{
+		"listen":           defaultListen,
+		"max_body":         strconv.Itoa(api.DefaultMaxBody),
+		"shutdown_timeout": seconds(server.DefaultShutdownTimeout),
+		"queue_wait":       seconds(local.DefaultQueueWait),
+		"memory_limit_mb":  strconv.Itoa(local.DefaultMemoryLimit >> 20),
+		"pool_size":        strconv.Itoa(pool.DefaultSize),
+		"pool_wait":        seconds(pool.DefaultWait),
+		"runner_port":      strconv.Itoa(kube.DefaultRunnerPort),
+		"workdir":          kube.Workdir,
+		"snippet_cpu":      kube.SnippetCPU,
+		"snippet_memory":   kube.SnippetMemory,
+		"image":            manifests.DefaultImage,
+		"namespace":        manifests.DefaultNamespace,
+		"api_server_cidrs": strings.Join(manifests.DefaultAPIServerCIDRs, ","),
+		"timeout":          seconds(exec.DefaultTimeout),
+		"max_timeout":      seconds(api.MaxTimeoutS * time.Second),
+		"max_output":       strconv.Itoa(exec.DefaultMaxOutput),
+		"max_procs":        strconv.Itoa(exec.DefaultMaxProcs),
+		"max_file_size":    strconv.Itoa(exec.DefaultMaxFileSize),
+		"verify_name":      verify.DefaultName,
+		"cluster_domain":   verify.DefaultClusterDomain,
+		"parallel":         strconv.Itoa(verify.DefaultParallel),
+		"verify_timeout":   seconds(verify.DefaultTimeout),
+		"unsafe_serve":     weaken.List(false),
+		"unsafe_run":       weaken.List(true),
+	}
+}
+
+// seconds writes d as a flag's default the way a user would type it: in
+// seconds ("60s", not "1m0s"), or whole minutes from ten minutes up ("10m").
+func seconds(d time.Duration) string {
+	if d >= 10*time.Minute && d%time.Minute == 0 {
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}

@@ -1,0 +1,93 @@
+// Package weaken is the closed set of deliberate weakenings: named switches
+// that make a deployment less safe on purpose, so that the e2e suite can show
+// each of verify's checks able to fail and the pool's answer when it has no
+// Ready pod. No real deployment sets one. They are the only way to change
+// what a sandbox pod runs beyond its documented flags: serve passes a
+// runner's weakening to the pods' runner by its name, never as free text.
+package weaken
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Name names one weakening, as given to --unsafe.
+type Name string
+
+// The weakenings.
+const (
+	// RootToken runs snippet pods as uid 0 with the service-account token
+	// mounted (the namespace must be relaxed to admit them): the posture,
+	// identity and token checks must fail.
+	RootToken Name = "root-token"
+	// KillLeaderOnly makes the runner kill only python3 at the deadline, not
+	// its process tree: runner/timeout-kills-tree must fail. serve hands it
+	// to the pods' runner.
+	KillLeaderOnly Name = "kill-leader-only"
+	// NeverReady makes the pods' runner listen on another port than the one
+	// its readiness probe and the pool use, so no pod of the pool ever gets
+	// Ready and requests meet the empty pool's 503.
+	NeverReady Name = "never-ready"
+)
+
+// all is the closed set, in the order help and errors list it; runner says
+// which of them `sandbox run` applies itself (the others shape the pod).
+var all = []struct {
+	name   Name
+	runner bool
+}{
+	{RootToken, false},
+	{KillLeaderOnly, true},
+	{NeverReady, false},
+}
+
+// Set is the weakenings in force; the zero Set is a safe deployment.
+type Set struct{ on map[Name]bool }
+
+// Parse checks names against the closed set and returns the Set they ask
+// for. With runner, only the weakenings the runner applies itself are
+// accepted (`sandbox run`); without it, all of them (`sandbox serve`).
+func Parse(names []string, runner bool) (Set, error) {
+	s := Set{on: map[Name]bool{}}
+	for _, n := range names {
+		known := false
+		for _, w := range all {
+			if string(w.name) == n && (w.runner || !runner) {
+				known = true
+			}
+		}
+		if !known {
+			return Set{}, fmt.Errorf("unknown weakening %q: the known ones are %s", n, List(runner))
+		}
+		s.on[Name(n)] = true
+	}
+	return s, nil
+}
+
+// List names the weakenings Parse accepts, comma-separated, for help and
+// errors.
+func List(runner bool) string {
+	var names []string
+	for _, w := range all {
+		if w.runner || !runner {
+			names = append(names, string(w.name))
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// Has reports whether n is in force.
+func (s Set) Has(n Name) bool { return s.on[n] }
+
+// Names lists the weakenings in force, for a warning in the log; with
+// runner, only those the runner applies (what serve passes to the pods'
+// runner). nil when there are none.
+func (s Set) Names(runner bool) []string {
+	var names []string
+	for _, w := range all {
+		if s.on[w.name] && (w.runner || !runner) {
+			names = append(names, string(w.name))
+		}
+	}
+	return names
+}
