@@ -11,7 +11,7 @@ import (
 	"github.com/sandboxd/sandbox/exec"
 )
 
-// Limits of a request. The numbers come from the product's published limits.
+// Limits of a request, as the README's API section promises them.
 const (
 	// DefaultTimeoutS is the snippet timeout when a request names none:
 	// exec's default, in the whole seconds of timeout_s.

@@ -1,4 +1,4 @@
-# The offline kind cluster, its images and the e2e suite (issue 3).
+# The offline kind cluster, its images and the e2e suite.
 # Everything is built on this machine and cached under $(SANDBOX_E2E_CACHE)
 # (default /var/cache/sandbox-e2e): the first run takes 30-40 minutes, later
 # ones a few.

@@ -19,8 +19,8 @@ import (
 	"github.com/sandboxd/sandbox/e2e/kindenv"
 )
 
-// snippetLabels are the labels the pool puts on snippet pods (see the
-// contract); the manifests' NetworkPolicies select them.
+// snippetLabels are the labels the pool puts on snippet pods (package
+// kube's constants); the manifests' NetworkPolicies select them.
 var snippetLabels = map[string]string{
 	"app.kubernetes.io/name": "sandbox-runner",
 	"sandbox.dev/kind":       "snippet",

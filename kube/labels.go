@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// Names shared by the pool, the manifests, the e2e suite and verify (see the
-// contract). Changing one breaks the NetworkPolicies that select on it.
+// Names shared by the pool, the manifests, the e2e suite and verify.
+// Changing one breaks the NetworkPolicies in manifests/ that select on it.
 const (
 	// LabelName is the well-known name label; RunnerName marks sandbox pods,
 	// ServeName the service's own pods.

@@ -14,9 +14,9 @@ import (
 	"github.com/sandboxd/sandbox/weaken"
 )
 
-// Limits of a snippet pod. CPU and memory come from the product's published
-// limits (1 CPU, 512 MiB, requests equal to limits so the pod is Guaranteed
-// and is the last to be evicted).
+// Limits of a snippet pod. CPU and memory are the limits the README
+// promises (1 CPU, 512 MiB, requests equal to limits so the pod is
+// Guaranteed and is the last to be evicted).
 const (
 	SnippetCPU    = "1"
 	SnippetMemory = "512Mi"
@@ -108,8 +108,9 @@ func RandomUID() int64 {
 }
 
 // SnippetPod builds the sandbox pod named name that runs as uid (its group
-// too). It meets Pod Security "restricted" and the posture listed in
-// security-probes.md; the namespace's admission enforces the former.
+// too). It meets Pod Security "restricted" (the namespace's admission
+// enforces it) and the posture verify's posture/pod-spec-* checks read
+// from live pods.
 func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	port := o.RunnerPort
 	if port == 0 {

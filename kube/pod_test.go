@@ -27,7 +27,8 @@ func testPod(o PodOptions) *corev1.Pod {
 }
 
 // TestSnippetPodPosture checks the template against Pod Security
-// "restricted" and the posture security-probes.md verifies on live pods.
+// "restricted" and the posture verify's posture/pod-spec-* checks read from
+// live pods.
 func TestSnippetPodPosture(t *testing.T) {
 	pod := testPod(PodOptions{})
 	s := pod.Spec

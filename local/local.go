@@ -301,7 +301,8 @@ func (b *Backend) removeAll(dir string) {
 	}
 }
 
-// Ready reports true: a local process can always be started, or waited for.
+// Ready reports whether the backend takes executions: until Close, since a
+// local process can always be started, or waited for.
 func (b *Backend) Ready() bool { return !b.closed.Load() }
 
 // Isolated reports whether executions get namespaces (no network).

@@ -144,7 +144,7 @@ func evalInside(j gjson.Result, id string, gvisor bool) []Result {
 	return out
 }
 
-// judgeWrites is probe 11: the root is mounted read-only, writes fail
+// judgeWrites is inside/read-only-root: the root is mounted read-only, writes fail
 // everywhere but the working directory and /tmp, and succeed there (the
 // positive control: the write test itself works).
 func judgeWrites(j gjson.Result, in func(string, ...any) string) Result {

@@ -42,7 +42,8 @@ print(json.dumps({"probe": "reuse", "hostname": socket.gethostname(), "cwd": os.
                   "present": [p for p in paths if os.path.exists(p)]}))
 `
 
-// checkReuse is probe 1: two runs in a row share nothing.
+// checkReuse is lifecycle/no-reuse (two runs in a row share nothing) and
+// lifecycle/used-pod-deleted.
 func checkReuse(ctx context.Context, e *env) []Result {
 	const noReuse, gone = "lifecycle/no-reuse", "lifecycle/used-pod-deleted"
 	tok := randomHex(8)
@@ -71,7 +72,7 @@ func checkReuse(ctx context.Context, e *env) []Result {
 	return out
 }
 
-// judgeReuse decides probe 1 from the two runs' answers and the pods' UIDs
+// judgeReuse decides lifecycle/no-reuse from the two runs' answers and the pods' UIDs
 // ("" when the watch never saw the pod).
 func judgeReuse(id1, id2 string, r1, r2 gjson.Result, uid1, uid2 string) Result {
 	const name = "lifecycle/no-reuse"
@@ -130,7 +131,7 @@ func (e *env) judgePodGone(ctx context.Context, name, probe, podName string) Res
 	return result(name, probe, Pass, "pod %s (uid %s) deleted; the watch saw it go at %s", podName, seen.UID, at.Format(time.RFC3339Nano))
 }
 
-// checkParallel is probe 2: N concurrent runs get N distinct pods.
+// checkParallel is lifecycle/parallel-distinct: N concurrent runs get N distinct pods.
 func checkParallel(ctx context.Context, e *env) []Result {
 	const name = "lifecycle/parallel-distinct"
 	n := e.opts.Parallel

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/netsec"
 )
 
@@ -342,7 +343,7 @@ func (e *env) readySnippetPods(ctx context.Context, n int) []corev1.Pod {
 		}
 		ready = ready[:0]
 		for _, p := range pods.Items {
-			if podReady(&p) && p.Status.PodIP != "" && p.Labels[labelClaimedBy] == "" {
+			if podReady(&p) && p.Status.PodIP != "" && p.Labels[kube.LabelClaimedBy] == "" {
 				ready = append(ready, p)
 			}
 		}

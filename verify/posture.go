@@ -17,7 +17,7 @@ import (
 
 const psaEnforce = "pod-security.kubernetes.io/enforce"
 
-// checkPSA is probe 3. The non-compliant pod breaks only rules of the
+// checkPSA is posture/pod-security-restricted. The non-compliant pod breaks only rules of the
 // restricted level (no securityContext at all is fine for baseline), so a
 // namespace that enforces only baseline lets it through and the check fails.
 // A compliant pod, dry-run too, is the control: the API server accepts pods
@@ -59,7 +59,8 @@ func judgePSA(level string, badErr, goodErr error) Result {
 // warmPodWait is how long checkPodSpec waits for the pool to have a Ready pod.
 const warmPodWait = 60 * time.Second
 
-// checkPodSpec is probe 4, read from a live warm pod, not the template.
+// checkPodSpec is the posture/pod-spec-* checks, read from a live warm pod,
+// not the template.
 func checkPodSpec(ctx context.Context, e *env) []Result {
 	var pod *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, warmPodWait, true, func(ctx context.Context) (bool, error) {

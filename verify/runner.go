@@ -44,8 +44,9 @@ const (
 	forkCap = 4096
 )
 
-// checkTimeout is probe 18: a spin loop is cut at 2 s with the documented
-// answer, and a process tree built to survive is dead by the answer.
+// checkTimeout is runner/timeout (a spin loop is cut at 2 s with the answer
+// the README describes) and runner/timeout-kills-tree (a process tree built
+// to survive is dead by the answer).
 func checkTimeout(ctx context.Context, e *env) []Result {
 	var out []Result
 	a, err := e.execute(ctx, "while True:\n    pass\n", timeoutS2)
@@ -134,7 +135,8 @@ func judgeTree(a *answer, err error) Result {
 	return result(name, "18", Pass, "no heartbeat later than %.1fs from a SIGTERM-ignoring child, a setsid() grandchild and an own-group heartbeat program (they would have lived %.0fs): %s", limit, treeLife, summary)
 }
 
-// checkFlood is probe 19.
+// checkFlood is runner/flood-bounded and runner/flood-service-memory: a
+// flood of output is cut to the cap without growing the service.
 func checkFlood(ctx context.Context, e *env) []Result {
 	before, berr := e.serveRSS(ctx)
 	code := fmt.Sprintf("import sys\nchunk = 'x' * 65535 + '\\n'\nfor _ in range(%d):\n    sys.stdout.write(chunk)\nsys.stdout.flush()\nsys.stderr.write('e' * %d)\n",
@@ -237,7 +239,9 @@ func (e *env) replicaNote() string {
 	return "; through --url: with several replicas /metrics may come from another one"
 }
 
-// checkMemoryBomb is probe 20.
+// checkMemoryBomb is runner/memory-bomb-contained and
+// runner/after-memory-bomb: allocating without end is stopped, and the
+// service serves the next run.
 func checkMemoryBomb(ctx context.Context, e *env) []Result {
 	code := fmt.Sprintf("hold = []\nfor i in range(%d):\n    hold.append(b'\\x01' * (64 << 20))\n    print('allocated', (i + 1) * 64, 'MiB', flush=True)\nprint('SURVIVED', len(hold) * 64, 'MiB', flush=True)\n", bombCapMiB/64)
 	a, err := e.execute(ctx, code, 60)
@@ -258,7 +262,7 @@ func checkMemoryBomb(ctx context.Context, e *env) []Result {
 	return append(out, e.bystander(ctx, "runner/after-memory-bomb", "20"))
 }
 
-// checkForkBomb is probe 21: forking stops at a process limit (or the pod
+// checkForkBomb is runner/fork-bomb-contained: forking stops at a process limit (or the pod
 // is killed), and the service still serves the next run.
 func checkForkBomb(ctx context.Context, e *env) []Result {
 	code := fmt.Sprintf(`import json, os, resource, signal, time
@@ -457,7 +461,7 @@ func (e *env) waitReady(ctx context.Context) string {
 	}
 }
 
-// pathCases are probe 22's inputs; each must be refused with a 400 before
+// pathCases are the inputs of the path checks; each must be refused with a 400 before
 // anything runs.
 var pathCases = []struct{ label, path string }{
 	{"parent", "../x"},
@@ -469,7 +473,7 @@ var pathCases = []struct{ label, path string }{
 	{"empty", ""},
 }
 
-// checkPaths is probe 22.
+// checkPaths is runner/input-paths-rejected.
 func checkPaths(ctx context.Context, e *env) []Result {
 	const name = "runner/input-paths-rejected"
 	tok := randomHex(6)

@@ -12,14 +12,12 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/sandboxd/sandbox/kube"
 )
 
-// Labels of the snippet pods, from the contract.
-const (
-	snippetSelector = "app.kubernetes.io/name=sandbox-runner,sandbox.dev/kind=snippet"
-	// labelClaimedBy is set by the pool when a request takes a pod.
-	labelClaimedBy = "sandbox.dev/claimed-by"
-)
+// snippetSelector selects the snippet pods by the labels the pool gives them.
+var snippetSelector = kube.RunnerSelector().String()
 
 // seenPod is what the watch learnt about one snippet pod.
 type seenPod struct {
@@ -89,7 +87,7 @@ func (w *podWatch) saw(o any, deleted bool) {
 	if p.Status.PodIP != "" {
 		s.IP = p.Status.PodIP
 	}
-	if p.Labels[labelClaimedBy] != "" && s.Claimed.IsZero() {
+	if p.Labels[kube.LabelClaimedBy] != "" && s.Claimed.IsZero() {
 		s.Claimed = time.Now()
 	}
 	if deleted && s.Deleted.IsZero() {

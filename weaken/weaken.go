@@ -1,9 +1,8 @@
 // Package weaken is the closed set of deliberate weakenings: named switches
 // that make a deployment less safe on purpose, so that the e2e suite can show
 // each of verify's checks able to fail and the pool's answer when it has no
-// Ready pod. No real deployment sets one. They are the only way to change
-// what a sandbox pod runs beyond its documented flags: serve passes a
-// runner's weakening to the pods' runner by its name, never as free text.
+// Ready pod. No real deployment sets one. serve passes a runner's weakening
+// to the pods' runner by its name; there is no way to hand it free text.
 package weaken
 
 import (

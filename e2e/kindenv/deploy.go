@@ -8,7 +8,7 @@ import (
 )
 
 const (
-	// Namespace and Deployment are the names the manifests use (see the contract).
+	// Namespace and Deployment are the names manifests/ gives them.
 	Namespace  = "sandbox"
 	Deployment = "sandbox"
 )
