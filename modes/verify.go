@@ -2,6 +2,7 @@ package modes
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/sandboxd/sandbox/verify"
@@ -31,11 +32,16 @@ type VerifyCmd struct {
 	AllowInconclusive bool          `help:"Let INCONCLUSIVE checks pass (FAIL still fails)."`
 	Timeout           time.Duration `default:"${verify_timeout}" help:"Bound on the whole run."`
 	Keep              bool          `hidden:"" help:"Keep verify's namespace afterwards, for debugging."`
+	List              bool          `help:"Print the catalogue of checks (what each proves, how it can fail) and exit."`
 }
 
 // Run verifies; the report goes to stdout, progress to stderr. It exits 1
 // when any check FAILs, or is INCONCLUSIVE without --allow-inconclusive.
 func (c *VerifyCmd) Run(d *Deps) error {
+	if c.List {
+		_, err := io.WriteString(d.Stdout, verify.Catalogue)
+		return err
+	}
 	rep, err := verify.Run(d.Ctx, verify.Options{
 		Namespace: c.Namespace, Service: c.Service, URL: c.URL, Kubeconfig: c.Kubeconfig, Context: c.Context,
 		ServiceAccount: c.ServiceAccount, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr, StandinToken: c.StandinToken,

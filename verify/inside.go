@@ -24,7 +24,7 @@ var insideChecks = []struct{ name, probe string }{
 	{"inside/read-only-root", "11"},
 }
 
-// checkInside runs probes 5-11 in one sandbox: each run costs a pod.
+// checkInside runs the inside/* checks in one sandbox: each run costs a pod.
 func checkInside(ctx context.Context, e *env) []Result {
 	a, err := e.execute(ctx, insideScript, 30)
 	j, perr := snippetJSON(a, err, "inside")

@@ -28,8 +28,8 @@ const (
 type Result struct {
 	// Name is group/check, e.g. "network/canary-pod".
 	Name string `json:"name"`
-	// Probe is the number of the property the check belongs to; checks that
-	// prove one property together share it.
+	// Probe is the number of the property the check belongs to (the
+	// property column of CHECKS.md); checks that prove one property share it.
 	Probe    string `json:"probe,omitempty"`
 	Status   Status `json:"status"`
 	Evidence string `json:"evidence"`
