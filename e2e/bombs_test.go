@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +15,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // The bombs' bounds.
@@ -39,7 +37,7 @@ const (
 var bombs = []struct {
 	name, code string
 	// judge says what is wrong with the result, or "".
-	judge func(r exec.Result) string
+	judge func(r api.Result) string
 }{
 	{"fork bomb", `import os
 while True:
@@ -58,7 +56,7 @@ while True:
         print("threads:", n, e, flush=True)
         break
 time.sleep(3600)
-`, func(r exec.Result) string {
+`, func(r api.Result) string {
 		if s := timedOut(r); s != "" {
 			return s
 		}
@@ -81,7 +79,7 @@ for _ in range(50):
         exhaust()
         time.sleep(3600)
 time.sleep(3600)
-`, func(r exec.Result) string {
+`, func(r api.Result) string {
 		if s := timedOut(r); s != "" {
 			return s
 		}
@@ -93,7 +91,7 @@ time.sleep(3600)
 	{"memory bomb", `b = []
 while True:
     b.append(bytearray(32 << 20))
-`, func(r exec.Result) string {
+`, func(r api.Result) string {
 		if !r.OOMKilled || r.ExitCode != 137 {
 			return fmt.Sprintf("want oom_killed and exit 137, got oom_killed=%v exit %d", r.OOMKilled, r.ExitCode)
 		}
@@ -101,7 +99,7 @@ while True:
 	}},
 }
 
-func timedOut(r exec.Result) string {
+func timedOut(r api.Result) string {
 	if !r.TimedOut || r.ExitCode != -1 {
 		return fmt.Sprintf("want timed_out and exit -1, got timed_out=%v exit %d (stderr %q)", r.TimedOut, r.ExitCode, clipOut(r.Stderr))
 	}
@@ -146,12 +144,9 @@ func TestBombs(t *testing.T) {
 					t.Errorf("%s: %v", b.name, err)
 					continue
 				}
-				var res exec.Result
-				if r.status == http.StatusOK {
-					err = json.Unmarshal(r.body, &res)
-				}
+				res := r.res
 				switch {
-				case r.status != http.StatusOK || err != nil:
+				case r.err != nil:
 					t.Errorf("%s: not a result: %s", b.name, r)
 				case r.took > bombAnswerLimit:
 					t.Errorf("%s: answered after %s, limit %s: %s", b.name, r.took.Round(time.Millisecond), bombAnswerLimit, r)
@@ -188,7 +183,7 @@ func ordinary(ctx context.Context, t *testing.T, base string, n int, done <-chan
 		switch {
 		case err != nil:
 			t.Errorf("ordinary request: %v", err)
-		case r.status != http.StatusOK || !strings.Contains(string(r.body), `"stdout":"1\n"`):
+		case r.err != nil || r.res.Stdout != "1\n":
 			t.Errorf("ordinary request: %s", r)
 		default:
 			out = append(out, r.took.Round(time.Millisecond))
