@@ -1,8 +1,8 @@
 // Command sandbox-kind brings the offline kind cluster up with the sandbox
 // service deployed (`make kind-up`), or deletes it (`make kind-down`).
 //
-//	go run ./e2e/cmd/sandbox-kind up     # build what is missing, create or reuse the cluster, deploy
-//	go run ./e2e/cmd/sandbox-kind down   # delete the cluster and the stand-ins
+//	cd e2e && go run ./cmd/sandbox-kind up     # build what is missing, create or reuse the cluster, deploy
+//	cd e2e && go run ./cmd/sandbox-kind down   # delete the cluster and the stand-ins
 package main
 
 import (
