@@ -166,7 +166,7 @@ func New(o Options) (*Pool, error) {
 		empty:         true, // nothing to report until the first pod is Ready
 	}
 	if p.http == nil {
-		p.http = newRunnerClient(o.Dialer)
+		p.http = newPodClient(o.Dialer)
 	}
 
 	// Watch only this pool's pods: the janitor looks at the others once.

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// DialFunc opens a connection to a runner; tests swap it.
+// DialFunc opens a connection to a sandbox pod's runner; tests swap it.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // dialTimeout bounds connecting to a runner on the pod network: a healthy
@@ -18,13 +18,13 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // moves on to another pod.
 const dialTimeout = 2 * time.Second
 
-// runnerKeepAlive probes a runner's connection while its job runs. A run
+// podKeepAlive probes the connection to a pod's runner while its job runs. A run
 // sends nothing until its answer, for up to a minute, so a peer that went
 // silent (its node lost or cut off) would otherwise hold the request until
 // its deadline. After 5 s idle, three unanswered probes 2 s apart end the
 // connection: about 11 s, then verdict explains it. A live pod's kernel
 // answers the probes however long the code runs.
-var runnerKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
+var podKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
 
 // maxResultBytes bounds a runner's answer: two 1 MiB streams, JSON-escaped
 // (up to six bytes per byte), plus the envelope.
@@ -47,12 +47,12 @@ type notDelivered struct {
 func (e *notDelivered) Error() string { return fmt.Sprintf("sandbox pod %s: %v", e.pod, e.err) }
 func (e *notDelivered) Unwrap() error { return e.err }
 
-// newRunnerClient returns the HTTP client for runners: no proxy (the pod
-// network is direct), no connection reuse (each pod takes one request), and
-// dial failures marked as such.
-func newRunnerClient(dial DialFunc) *http.Client {
+// newPodClient returns the pool's HTTP client of the pods' runners: no proxy
+// (the pod network is direct), no connection reuse (each pod takes one
+// request), and dial failures marked as such.
+func newPodClient(dial DialFunc) *http.Client {
 	if dial == nil {
-		dial = dialRunner
+		dial = dialPod
 	}
 	return &http.Client{Transport: &http.Transport{
 		Proxy: nil,
@@ -69,9 +69,9 @@ func newRunnerClient(dial DialFunc) *http.Client {
 	}}
 }
 
-// dialRunner connects to a runner with the dial timeout and keepalive probes.
-func dialRunner(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: dialTimeout, KeepAliveConfig: runnerKeepAlive}
+// dialPod connects to a pod's runner with the dial timeout and keepalive probes.
+func dialPod(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: dialTimeout, KeepAliveConfig: podKeepAlive}
 	return d.DialContext(ctx, network, addr)
 }
 

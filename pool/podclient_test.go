@@ -6,16 +6,16 @@ import (
 	"testing"
 )
 
-// TestDialRunnerProbesTheConnection reads the keepalive settings back from
+// TestDialPodProbesTheConnection reads the keepalive settings back from
 // the kernel: without them a runner whose node vanished mid-run would hold
 // its request until the deadline.
-func TestDialRunnerProbesTheConnection(t *testing.T) {
+func TestDialPodProbesTheConnection(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := dialRunner(t.Context(), "tcp", ln.Addr().String())
+	c, err := dialPod(t.Context(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,9 +30,9 @@ func TestDialRunnerProbesTheConnection(t *testing.T) {
 		value      int
 	}{
 		{"SO_KEEPALIVE", syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
-		{"TCP_KEEPIDLE", syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, int(runnerKeepAlive.Idle.Seconds())},
-		{"TCP_KEEPINTVL", syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, int(runnerKeepAlive.Interval.Seconds())},
-		{"TCP_KEEPCNT", syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT, runnerKeepAlive.Count},
+		{"TCP_KEEPIDLE", syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, int(podKeepAlive.Idle.Seconds())},
+		{"TCP_KEEPINTVL", syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, int(podKeepAlive.Interval.Seconds())},
+		{"TCP_KEEPCNT", syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT, podKeepAlive.Count},
 	}
 	for _, w := range want {
 		var got int
