@@ -16,7 +16,11 @@ import (
 //go:embed snippets/tree.py
 var treeScript string
 
-// Numbers of the runner probes.
+// The runner/... checks (their names say whose promise they test: the
+// in-pod runner's): the limits one run is held to, its deadline, its
+// output, its memory and its processes, and the paths of its input files.
+
+// Numbers of the limit probes.
 const (
 	// timeoutS2 is the timeout of the spin and tree probes (the spec's 2 s).
 	timeoutS2 = 2

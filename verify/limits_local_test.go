@@ -10,10 +10,10 @@ import (
 	"github.com/sandboxd/sandbox/server"
 )
 
-// TestRunnerChecksOnLocalBackend runs the runner checks, snippets and all,
-// against the real HTTP server with the local backend: the same runner code
-// (exec.Run) the pods use, without a cluster.
-func TestRunnerChecksOnLocalBackend(t *testing.T) {
+// TestLimitChecksOnLocalBackend runs the runner/... checks, snippets and
+// all, against the real HTTP server with the local backend: the same code
+// (exec.Run) the pods' runner uses, without a cluster.
+func TestLimitChecksOnLocalBackend(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real snippets for about 20 s")
 	}
