@@ -329,46 +329,123 @@ func goodPod() *corev1.Pod {
 	}
 }
 
-func TestEvalPodSpec(t *testing.T) {
-	names := []string{"posture/pod-spec-container", "posture/pod-spec-isolation", "posture/pod-spec-resources"}
-	rs := evalPodSpec(goodPod(), "512Mi", "")
-	for _, n := range names {
-		if st := statusOf(t, rs, n); st != Pass {
-			t.Errorf("good pod: %s = %s: %+v", n, st, rs)
-		}
-	}
-	root := int64(0)
-	tr := true
-	for _, tc := range []struct {
-		name  string
-		edit  func(*corev1.Pod)
-		check string
-	}{
-		{"root", func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsUser = &root }, names[0]},
-		{"cap added", func(p *corev1.Pod) {
-			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
-		}, names[0]},
-		{"no seccomp", func(p *corev1.Pod) { p.Spec.SecurityContext.SeccompProfile = nil }, names[0]},
-		{"token", func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = &tr }, names[1]},
-		{"host network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, names[1]},
-		{"host path", func(p *corev1.Pod) {
-			p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
-		}, names[1]},
-		{"1Gi", func(p *corev1.Pod) {
-			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
-		}, names[2]},
-	} {
+// podCase is one edit of goodPod and the status a judgement must give it.
+type podCase struct {
+	name string
+	edit func(*corev1.Pod)
+	want Status
+}
+
+// runPodCases judges goodPod, edited by each case, and checks the status,
+// the check's name and that the evidence is there.
+func runPodCases(t *testing.T, name string, judge func(*corev1.Pod) Result, cases []podCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := goodPod()
 			tc.edit(p)
-			if st := statusOf(t, evalPodSpec(p, "512Mi", ""), tc.check); st != Fail {
-				t.Errorf("%s = %s", tc.check, st)
+			got := judge(p)
+			if got.Name != name || got.Evidence == "" {
+				t.Errorf("result %q with evidence %q", got.Name, got.Evidence)
+			}
+			if got.Status != tc.want {
+				t.Errorf("%s, want %s: %s", got.Status, tc.want, got.Evidence)
 			}
 		})
 	}
-	if st := statusOf(t, evalPodSpec(goodPod(), "512Mi", "gvisor"), names[2]); st != Fail {
-		t.Errorf("missing runtime class = %s", st)
+}
+
+func TestJudgePodContainers(t *testing.T) {
+	root := int64(0)
+	f, tr := false, true
+	runPodCases(t, podSpecContainer, judgePodContainers, []podCase{
+		{"good", func(*corev1.Pod) {}, Pass},
+		{"root", func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsUser = &root }, Fail},
+		{"image user, runAsNonRoot unset", func(p *corev1.Pod) {
+			p.Spec.SecurityContext.RunAsUser, p.Spec.SecurityContext.RunAsNonRoot = nil, nil
+		}, Fail},
+		{"image user, runAsNonRoot", func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsUser = nil }, Pass},
+		{"container overrides runAsNonRoot", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.RunAsNonRoot = &f
+		}, Fail},
+		{"privilege escalation unset", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+		}, Fail},
+		{"privileged", func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.Privileged = &tr }, Fail},
+		{"capabilities kept", func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.Capabilities = nil }, Fail},
+		{"cap added", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
+		}, Fail},
+		{"no seccomp", func(p *corev1.Pod) { p.Spec.SecurityContext.SeccompProfile = nil }, Fail},
+		{"seccomp unconfined", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		}, Fail},
+		{"seccomp localhost", func(p *corev1.Pod) {
+			p.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeLocalhost
+		}, Pass},
+		{"writable root", func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem = &f }, Fail},
+		{"host port", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
+		}, Fail},
+		{"container port", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080}}
+		}, Pass},
+		{"init container unconfined", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init"}}
+		}, Fail},
+		{"ephemeral container unconfined", func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}}
+		}, Fail},
+	})
+}
+
+func TestJudgePodIsolation(t *testing.T) {
+	tr := true
+	runPodCases(t, podSpecIsolation, judgePodIsolation, []podCase{
+		{"good", func(*corev1.Pod) {}, Pass},
+		{"host users: not required", func(p *corev1.Pod) { p.Spec.HostUsers = &tr }, Pass},
+		{"token", func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = &tr }, Fail},
+		{"token unset", func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }, Fail},
+		{"service links unset", func(p *corev1.Pod) { p.Spec.EnableServiceLinks = nil }, Fail},
+		{"host network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, Fail},
+		{"host PID", func(p *corev1.Pod) { p.Spec.HostPID = true }, Fail},
+		{"host IPC", func(p *corev1.Pod) { p.Spec.HostIPC = true }, Fail},
+		{"host path", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}, Fail},
+		{"projected token", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		}, Fail},
+		{"secret", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db"}}}}
+		}, Fail},
+		{"empty dir", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}, Pass},
+	})
+}
+
+func TestJudgePodResources(t *testing.T) {
+	gvisor := "gvisor"
+	judge := func(runtimeClass string) func(*corev1.Pod) Result {
+		return func(p *corev1.Pod) Result { return judgePodResources(p, "512Mi", runtimeClass) }
 	}
+	runPodCases(t, podSpecResources, judge(""), []podCase{
+		{"good", func(*corev1.Pod) {}, Pass},
+		{"1Gi", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
+		}, Fail},
+		{"no memory limit", func(p *corev1.Pod) { delete(p.Spec.Containers[0].Resources.Limits, corev1.ResourceMemory) }, Fail},
+		{"no cpu limit", func(p *corev1.Pod) { delete(p.Spec.Containers[0].Resources.Limits, corev1.ResourceCPU) }, Fail},
+		{"runtime class, none configured", func(p *corev1.Pod) { p.Spec.RuntimeClassName = &gvisor }, Pass},
+	})
+	t.Run("runtime class configured", func(t *testing.T) {
+		runPodCases(t, podSpecResources, judge(gvisor), []podCase{
+			{"missing", func(*corev1.Pod) {}, Fail},
+			{"set", func(p *corev1.Pod) { p.Spec.RuntimeClassName = &gvisor }, Pass},
+		})
+	})
 }
 
 func TestReviewRBAC(t *testing.T) {

@@ -59,6 +59,13 @@ func judgePSA(level string, badErr, goodErr error) Result {
 // warmPodWait is how long checkPodSpec waits for the pool to have a Ready pod.
 const warmPodWait = 60 * time.Second
 
+// The three judgements of a live snippet pod's spec.
+const (
+	podSpecContainer = "posture/pod-spec-container"
+	podSpecIsolation = "posture/pod-spec-isolation"
+	podSpecResources = "posture/pod-spec-resources"
+)
+
 // checkPodSpec is the posture/pod-spec-* checks, read from a live warm pod,
 // not the template.
 func checkPodSpec(ctx context.Context, e *env) []Result {
@@ -79,24 +86,49 @@ func checkPodSpec(ctx context.Context, e *env) []Result {
 	if err != nil || pod == nil {
 		st := Inconclusive
 		return []Result{
-			result("posture/pod-spec-container", "4", st, "no Ready snippet pod (%s) in %s within %s", snippetSelector, e.opts.Namespace, warmPodWait),
-			result("posture/pod-spec-isolation", "4", st, "no Ready snippet pod to read"),
-			result("posture/pod-spec-resources", "4", st, "no Ready snippet pod to read"),
+			result(podSpecContainer, "4", st, "no Ready snippet pod (%s) in %s within %s", snippetSelector, e.opts.Namespace, warmPodWait),
+			result(podSpecIsolation, "4", st, "no Ready snippet pod to read"),
+			result(podSpecResources, "4", st, "no Ready snippet pod to read"),
 		}
 	}
 	e.target["runtime_class"] = deref(pod.Spec.RuntimeClassName)
 	e.target["node"] = pod.Spec.NodeName
-	return evalPodSpec(pod, e.opts.MemoryLimit, e.opts.RuntimeClass)
+	return []Result{
+		judgePodContainers(pod),
+		judgePodIsolation(pod),
+		judgePodResources(pod, e.opts.MemoryLimit, e.opts.RuntimeClass),
+	}
 }
 
-// evalPodSpec judges a live snippet pod; each result lists every field it
-// looked at, good and bad.
-func evalPodSpec(pod *corev1.Pod, memLimit, runtimeClass string) []Result {
+// fields collects what a judgement of a pod looked at: each result lists
+// every field, good and bad.
+type fields struct{ bad, good []string }
+
+func (f *fields) check(ok bool, what string) {
+	if ok {
+		f.good = append(f.good, what)
+	} else {
+		f.bad = append(f.bad, what)
+	}
+}
+
+// judge is the result: a FAIL naming the bad fields, if there are any.
+func (f *fields) judge(name, pod string) Result {
+	if len(f.bad) > 0 {
+		return result(name, "4", Fail, "pod %s: %s (fine: %s)", pod, strings.Join(f.bad, ", "), strings.Join(f.good, ", "))
+	}
+	return result(name, "4", Pass, "pod %s: %s", pod, strings.Join(f.good, ", "))
+}
+
+// judgePodContainers is posture/pod-spec-container: every container (init
+// and ephemeral ones too) runs as non-root, without privilege escalation
+// or capabilities, under seccomp, on a read-only root, with no host port.
+func judgePodContainers(pod *corev1.Pod) Result {
 	psc := pod.Spec.SecurityContext
 	if psc == nil {
 		psc = &corev1.PodSecurityContext{}
 	}
-	var bad, good []string
+	var f fields
 	all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 	for _, ec := range pod.Spec.EphemeralContainers {
 		all = append(all, corev1.Container(ec.EphemeralContainerCommon))
@@ -106,13 +138,7 @@ func evalPodSpec(pod *corev1.Pod, memLimit, runtimeClass string) []Result {
 		if sc == nil {
 			sc = &corev1.SecurityContext{}
 		}
-		check := func(ok bool, what string) {
-			if ok {
-				good = append(good, c.Name+": "+what)
-			} else {
-				bad = append(bad, c.Name+": "+what)
-			}
-		}
+		check := func(ok bool, what string) { f.check(ok, c.Name+": "+what) }
 		nonRoot := firstBool(sc.RunAsNonRoot, psc.RunAsNonRoot)
 		check(nonRoot != nil && *nonRoot, fmt.Sprintf("runAsNonRoot=%s", showBool(nonRoot)))
 		uid := firstInt(sc.RunAsUser, psc.RunAsUser)
@@ -147,22 +173,20 @@ func evalPodSpec(pod *corev1.Pod, memLimit, runtimeClass string) []Result {
 		check(sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem, "readOnlyRootFilesystem="+showBool(sc.ReadOnlyRootFilesystem))
 		check(len(c.Ports) == 0 || noHostPorts(c.Ports), "no hostPort")
 	}
-	out := []Result{judgeFields("posture/pod-spec-container", pod.Name, bad, good)}
+	return f.judge(podSpecContainer, pod.Name)
+}
 
-	bad, good = nil, nil
-	check := func(ok bool, what string) {
-		if ok {
-			good = append(good, what)
-		} else {
-			bad = append(bad, what)
-		}
-	}
-	check(pod.Spec.AutomountServiceAccountToken != nil && !*pod.Spec.AutomountServiceAccountToken, "automountServiceAccountToken="+showBool(pod.Spec.AutomountServiceAccountToken))
-	check(pod.Spec.EnableServiceLinks != nil && !*pod.Spec.EnableServiceLinks, "enableServiceLinks="+showBool(pod.Spec.EnableServiceLinks))
-	check(!pod.Spec.HostNetwork, fmt.Sprintf("hostNetwork=%v", pod.Spec.HostNetwork))
-	check(!pod.Spec.HostPID, fmt.Sprintf("hostPID=%v", pod.Spec.HostPID))
-	check(!pod.Spec.HostIPC, fmt.Sprintf("hostIPC=%v", pod.Spec.HostIPC))
-	good = append(good, "hostUsers="+showBool(pod.Spec.HostUsers)) // a user namespace would help; not required
+// judgePodIsolation is posture/pod-spec-isolation: no service-account
+// token, no service links, none of the host's namespaces, no hostPath,
+// token or secret volume.
+func judgePodIsolation(pod *corev1.Pod) Result {
+	var f fields
+	f.check(pod.Spec.AutomountServiceAccountToken != nil && !*pod.Spec.AutomountServiceAccountToken, "automountServiceAccountToken="+showBool(pod.Spec.AutomountServiceAccountToken))
+	f.check(pod.Spec.EnableServiceLinks != nil && !*pod.Spec.EnableServiceLinks, "enableServiceLinks="+showBool(pod.Spec.EnableServiceLinks))
+	f.check(!pod.Spec.HostNetwork, fmt.Sprintf("hostNetwork=%v", pod.Spec.HostNetwork))
+	f.check(!pod.Spec.HostPID, fmt.Sprintf("hostPID=%v", pod.Spec.HostPID))
+	f.check(!pod.Spec.HostIPC, fmt.Sprintf("hostIPC=%v", pod.Spec.HostIPC))
+	f.good = append(f.good, "hostUsers="+showBool(pod.Spec.HostUsers)) // a user namespace would help; not required
 	var hostPaths, tokenVols []string
 	for _, v := range pod.Spec.Volumes {
 		if v.HostPath != nil {
@@ -179,33 +203,30 @@ func evalPodSpec(pod *corev1.Pod, memLimit, runtimeClass string) []Result {
 			tokenVols = append(tokenVols, v.Name+" (secret "+v.Secret.SecretName+")")
 		}
 	}
-	check(len(hostPaths) == 0, fmt.Sprintf("hostPath volumes=%v", hostPaths))
-	check(len(tokenVols) == 0, fmt.Sprintf("token/secret volumes=%v", tokenVols))
-	out = append(out, judgeFields("posture/pod-spec-isolation", pod.Name, bad, good))
+	f.check(len(hostPaths) == 0, fmt.Sprintf("hostPath volumes=%v", hostPaths))
+	f.check(len(tokenVols) == 0, fmt.Sprintf("token/secret volumes=%v", tokenVols))
+	return f.judge(podSpecIsolation, pod.Name)
+}
 
-	bad, good = nil, nil
+// judgePodResources is posture/pod-spec-resources: every container has
+// the configured memory limit and a CPU limit, and the pod runs under the
+// configured runtime class, if one is.
+func judgePodResources(pod *corev1.Pod, memLimit, runtimeClass string) Result {
+	var f fields
 	want := resource.MustParse(memLimit)
 	for _, c := range pod.Spec.Containers {
 		got, ok := c.Resources.Limits[corev1.ResourceMemory]
-		check(ok && got.Cmp(want) == 0, fmt.Sprintf("%s: limits.memory=%s (want %s)", c.Name, qty(got, ok), memLimit))
+		f.check(ok && got.Cmp(want) == 0, fmt.Sprintf("%s: limits.memory=%s (want %s)", c.Name, qty(got, ok), memLimit))
 		cpu, ok := c.Resources.Limits[corev1.ResourceCPU]
-		check(ok, fmt.Sprintf("%s: limits.cpu=%s", c.Name, qty(cpu, ok)))
+		f.check(ok, fmt.Sprintf("%s: limits.cpu=%s", c.Name, qty(cpu, ok)))
 	}
 	rc := deref(pod.Spec.RuntimeClassName)
 	if runtimeClass != "" {
-		check(rc == runtimeClass, fmt.Sprintf("runtimeClassName=%q (want %q)", rc, runtimeClass))
+		f.check(rc == runtimeClass, fmt.Sprintf("runtimeClassName=%q (want %q)", rc, runtimeClass))
 	} else {
-		good = append(good, fmt.Sprintf("runtimeClassName=%q (none configured)", rc))
+		f.good = append(f.good, fmt.Sprintf("runtimeClassName=%q (none configured)", rc))
 	}
-	out = append(out, judgeFields("posture/pod-spec-resources", pod.Name, bad, good))
-	return out
-}
-
-func judgeFields(name, pod string, bad, good []string) Result {
-	if len(bad) > 0 {
-		return result(name, "4", Fail, "pod %s: %s (fine: %s)", pod, strings.Join(bad, ", "), strings.Join(good, ", "))
-	}
-	return result(name, "4", Pass, "pod %s: %s", pod, strings.Join(good, ", "))
+	return f.judge(podSpecResources, pod.Name)
 }
 
 func qty(q resource.Quantity, ok bool) string {
