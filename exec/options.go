@@ -17,9 +17,11 @@ type Options struct {
 	Env []string
 	// Cloneflags adds namespaces (the local backend); 0 in pods.
 	Cloneflags uintptr
-	// Credential runs the child as this uid/gid (the local backend as root);
-	// nil keeps ours.
+	// Credential runs the child as this uid/gid; nil keeps ours.
 	Credential *syscall.Credential
+	// Sandbox, when set, isolates the run (see Sandbox); Dir, Cloneflags
+	// and Credential are then ignored, and the run works in SandboxDir.
+	Sandbox *Sandbox
 
 	// MemoryLimit caps the child's address space (RLIMIT_AS) in bytes; a run
 	// that dies of it is reported as out of memory. 0 means no cap beyond the

@@ -37,6 +37,9 @@ const (
 // When Run returns, every process the snippet started is dead, whether it
 // timed out or exited. Result.SandboxID is left for the caller.
 func Run(ctx context.Context, job Job, opts Options) (Result, error) {
+	if opts.Sandbox != nil {
+		return runSandboxed(ctx, job, opts)
+	}
 	if opts.Dir == "" {
 		return Result{}, errors.New("run: no working directory")
 	}
@@ -89,7 +92,35 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := becomeSubreaper(); err != nil {
 		return Result{}, fmt.Errorf("run: %w", err)
 	}
-	return start(ctx, opts, timeout, python, pythonArgs(opts, snippet), env)
+	return start(ctx, opts, timeout, python, pythonArgs(opts, snippet), env, nil)
+}
+
+// runSandboxed is Run for an isolated run: the init writes the code and the
+// files inside the sandbox, so nothing is written on the host.
+func runSandboxed(ctx context.Context, job Job, opts Options) (Result, error) {
+	if err := checkSandbox(opts.Sandbox); err != nil {
+		return Result{}, err
+	}
+	if err := checkFiles(job.Files); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	timeout := job.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	opts.Dir = SandboxDir
+	env := opts.Env
+	if env == nil {
+		env = DefaultEnv(SandboxDir)
+	}
+	python, err := findPython(opts.Python, env)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := becomeSubreaper(); err != nil {
+		return Result{}, fmt.Errorf("run: %w", err)
+	}
+	return start(ctx, opts, timeout, python, pythonArgs(opts, sandboxSnippet), env, &job)
 }
 
 // writeSnippet writes code to a new private file and gives it to owner.
@@ -112,8 +143,9 @@ func writeSnippet(code string, owner *[2]int) (string, error) {
 	return f.Name(), nil
 }
 
-// start runs the prepared child to completion and builds the Result.
-func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string) (Result, error) {
+// start runs the prepared child to completion and builds the Result. job is
+// set for an isolated run, whose init gets it.
+func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, job *Job) (Result, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return Result{}, fmt.Errorf("run: %w", err)
@@ -152,6 +184,19 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
+	var sb *sandboxStart
+	if opts.Sandbox != nil {
+		sb, err = prepareSandbox(cmd, opts, python, args, env, job)
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return Result{}, err
+		}
+		// Runs after the sweep below: the cgroups are empty by then.
+		defer sb.close()
+	}
 	cgDir, cgV2 := memCgroup()
 	oomBefore := oomKills(cgDir, cgV2)
 
@@ -163,12 +208,14 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 	live.Unlock()
 	outW.Close()
 	errW.Close()
+	if sb != nil {
+		sb.started()
+	}
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return Result{}, fmt.Errorf("run: start %s: %w", python, err)
+		return Result{}, fmt.Errorf("run: start %s: %w", cmd.Path, err)
 	}
-	began := time.Now()
 	pid := cmd.Process.Pid
 
 	max := opts.maxOutput()
@@ -180,18 +227,30 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }() // owned here: every path below receives from waited
 
+	// An isolated run's timeout starts when its code can: the init's set-up
+	// (mounts, files, cgroups) is bounded on its own.
+	var setupErr error
+	if sb != nil {
+		setupErr = sb.handshake(ctx, pid)
+	}
+	began := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var timedOut, cancelled bool
 	var killErr error
-	select {
-	case err = <-waited:
-	case <-timer.C:
-		timedOut = true
-	case <-ctx.Done():
-		cancelled = true
+	if setupErr == nil {
+		select {
+		case err = <-waited:
+		case <-timer.C:
+			timedOut = true
+		case <-ctx.Done():
+			cancelled = true
+		}
 	}
 	switch {
+	case setupErr != nil:
+		killErr = killRun(pid)
+		err = <-waited
 	case (timedOut || cancelled) && opts.UnsafeKillLeaderOnly:
 		killErr = cmd.Process.Kill()
 		err = <-waited
@@ -219,6 +278,9 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 	readers.Wait()
 	outR.Close()
 	errR.Close()
+	if setupErr != nil {
+		return Result{}, setupErr
+	}
 
 	res := Result{
 		Stdout:          stdout.String("stdout"),
@@ -245,6 +307,13 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 		res.TimedOut = true
 		res.Stderr = appendLine(res.Stderr, "timed out after "+formatSeconds(timeout)+"\n")
 	case cancelled:
+	case sb != nil:
+		// Only the kernel's own count: an exit code of 137 or a SIGKILL
+		// the run sent itself is no evidence.
+		if sb.cg.oomKills() > 0 {
+			res.OOMKilled = true
+			res.Stderr = appendLine(res.Stderr, oomLine(sb.cg.memoryLimit))
+		}
 	case opts.MemoryLimit > 0 && opts.Cloneflags&syscall.CLONE_NEWPID != 0 && ws.Exited() && ws.ExitStatus() == 137:
 		// The preamble's out-of-memory exit as a PID namespace's init,
 		// which cannot SIGKILL itself (see limits.go).

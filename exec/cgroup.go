@@ -1,0 +1,256 @@
+package exec
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A run's own cgroups.
+//
+// An isolated run gets a memory and a pids cgroup of its own, made under
+// this process's cgroups: on cgroup v1 one in each hierarchy, on v2 one
+// directory. Its memory bound is then the kernel's, for all its processes
+// and the tmpfs pages they write, and whether it was OOM-killed is read from
+// that cgroup's own oom_kill counter, which nothing in the run can forge.
+
+// CgroupParent is where runs' cgroups are made. Its zero fields mean the
+// host lacks that controller (the rlimits are then the bound).
+type CgroupParent struct {
+	// Memory and Pids are the parent directories; on v2 they are the same.
+	Memory, Pids string
+	// V2 is true on the unified hierarchy.
+	V2 bool
+}
+
+// FindCgroups finds, and tries out, where this process may make its runs'
+// cgroups. It needs root. On v2 a cgroup with processes cannot hand
+// controllers to children, so it first moves this process into a leaf of
+// its own ("sandbox-serve"), as a delegated service is expected to.
+func FindCgroups() (*CgroupParent, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("find cgroups: %w", err)
+	}
+	var p CgroupParent
+	var unified string
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			unified = parts[2]
+		case hasController(parts[1], "memory"):
+			p.Memory = v1Dir("memory", parts[2])
+		case hasController(parts[1], "pids"):
+			p.Pids = v1Dir("pids", parts[2])
+		}
+	}
+	if p.Memory == "" && p.Pids == "" && unified != "" {
+		if err := p.useV2(unified); err != nil {
+			return nil, err
+		}
+	}
+	if p.Memory == "" && p.Pids == "" {
+		return nil, errors.New("find cgroups: no memory or pids controller")
+	}
+	// Try it out: a cgroup we cannot make or remove is no use.
+	rc, err := p.newRun(1<<30, 64)
+	if err != nil {
+		return nil, err
+	}
+	if err := rc.remove(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// v1Dir is a v1 hierarchy's directory for path. In a container the path is
+// often the host's view while the container's own cgroup is the mount's root.
+func v1Dir(controller, path string) string {
+	d := filepath.Join("/sys/fs/cgroup", controller, path)
+	if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err != nil {
+		d = filepath.Join("/sys/fs/cgroup", controller)
+	}
+	if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err != nil {
+		return ""
+	}
+	return d
+}
+
+// useV2 sets p up on the unified hierarchy at path, enabling memory and pids
+// for children; see FindCgroups.
+func (p *CgroupParent) useV2(path string) error {
+	dir := filepath.Join("/sys/fs/cgroup", path)
+	ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("find cgroups: %w", err)
+	}
+	var want []string
+	for _, c := range []string{"memory", "pids"} {
+		if hasController(strings.ReplaceAll(strings.TrimSpace(string(ctrl)), " ", ","), c) {
+			want = append(want, "+"+c)
+		}
+	}
+	if len(want) == 0 {
+		return errors.New("find cgroups: v2 without memory or pids")
+	}
+	enable := func() error {
+		return os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(want, " ")), 0o644)
+	}
+	if err := enable(); err != nil {
+		leaf := filepath.Join(dir, "sandbox-serve")
+		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("find cgroups: %w", err)
+		}
+		self := []byte(strconv.Itoa(os.Getpid()))
+		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), self, 0o644); err != nil {
+			os.Remove(leaf)
+			return fmt.Errorf("find cgroups: move into a leaf: %w", err)
+		}
+		if err := enable(); err != nil {
+			// Other processes share our cgroup: go back where we were.
+			_ = os.WriteFile(filepath.Join(dir, "cgroup.procs"), self, 0o644)
+			os.Remove(leaf)
+			return fmt.Errorf("find cgroups: enable %s: %w", strings.Join(want, " "), err)
+		}
+	}
+	sub, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	for _, c := range strings.Fields(string(sub)) {
+		switch c {
+		case "memory":
+			p.Memory = dir
+		case "pids":
+			p.Pids = dir
+		}
+	}
+	p.V2 = true
+	return nil
+}
+
+// runCgroup is one run's cgroups.
+type runCgroup struct {
+	parent       *CgroupParent
+	memory, pids string // "" where the host has no such controller
+	memoryLimit  int64
+}
+
+// newRun makes a run's cgroups with its bounds. memory <= 0 leaves memory
+// unbounded (but still counted, so the OOM counter is the run's own).
+func (p *CgroupParent) newRun(memory int64, procs int) (*runCgroup, error) {
+	var b [8]byte
+	rand.Read(b[:])
+	name := "sandbox-run-" + hex.EncodeToString(b[:])
+	rc := &runCgroup{parent: p, memoryLimit: memory}
+	mk := func(parent string) (string, error) {
+		if parent == "" {
+			return "", nil
+		}
+		d := filepath.Join(parent, name)
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("make cgroup: %w", err)
+		}
+		return d, nil
+	}
+	var err error
+	if rc.memory, err = mk(p.Memory); err != nil {
+		return nil, err
+	}
+	if p.Pids == p.Memory {
+		rc.pids = rc.memory
+	} else if rc.pids, err = mk(p.Pids); err != nil {
+		rc.remove()
+		return nil, err
+	}
+	if err := rc.limit(memory, procs); err != nil {
+		rc.remove()
+		return nil, err
+	}
+	return rc, nil
+}
+
+func (rc *runCgroup) limit(memory int64, procs int) error {
+	var files [][2]string
+	if rc.memory != "" && memory > 0 {
+		m := strconv.FormatInt(memory, 10)
+		if rc.parent.V2 {
+			// No swap either, so the limit is the run's whole footprint.
+			files = append(files, [2]string{"memory.max", m}, [2]string{"memory.swap.max", "0"})
+		} else {
+			// memsw (memory+swap) only exists with swap accounting; it must
+			// be set after the plain limit, which it may not be below.
+			files = append(files, [2]string{"memory.limit_in_bytes", m}, [2]string{"memory.memsw.limit_in_bytes", m})
+		}
+	}
+	if rc.pids != "" && procs > 0 {
+		files = append(files, [2]string{"pids.max", strconv.Itoa(procs)})
+	}
+	for _, f := range files {
+		dir := rc.memory
+		if strings.HasPrefix(f[0], "pids.") {
+			dir = rc.pids
+		}
+		err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644)
+		if err != nil && !(errors.Is(err, os.ErrNotExist) && (f[0] == "memory.memsw.limit_in_bytes" || f[0] == "memory.swap.max")) {
+			return fmt.Errorf("limit cgroup: %s: %w", f[0], err)
+		}
+	}
+	return nil
+}
+
+// place moves pid (all its threads) into the run's cgroups.
+func (rc *runCgroup) place(pid int) error {
+	for _, d := range rc.dirs() {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("enter cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+// dirs are the run's cgroup directories, each once.
+func (rc *runCgroup) dirs() []string {
+	var ds []string
+	for _, d := range []string{rc.memory, rc.pids} {
+		if d != "" && (len(ds) == 0 || ds[0] != d) {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// oomKills is the run's own OOM-kill count, or -1 without a memory cgroup.
+func (rc *runCgroup) oomKills() int64 {
+	if rc == nil || rc.memory == "" {
+		return -1
+	}
+	return oomKills(rc.memory, rc.parent.V2)
+}
+
+// remove deletes the run's cgroups. Their processes are dead by now, but a
+// killed task can take a moment to leave, so it retries briefly.
+func (rc *runCgroup) remove() error {
+	var errs []error
+	for _, d := range rc.dirs() {
+		var err error
+		for range 100 {
+			if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+				err = nil
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

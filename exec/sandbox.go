@@ -1,0 +1,246 @@
+package exec
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Isolated runs.
+//
+// A run with Options.Sandbox set does not start python3 directly. It starts
+// this same binary (/proc/self/exe, so a binary replaced on disk meanwhile
+// does not matter) as the init of fresh PID, mount, network, IPC and UTS
+// namespaces; MaybeInit, which every such binary calls first thing, notices
+// and becomes that init (sandbox_init.go). As root in its namespaces, and
+// before any code of the run exists, it:
+//
+//   - makes every mount read-only, so that nothing the run writes outside
+//     its own tmpfs mounts can outlive it or reach another run;
+//   - mounts a fresh /proc, which shows the run's PID namespace alone;
+//   - mounts size-bounded tmpfs on /tmp (which holds the working directory
+//     and the code), /var/tmp and /dev/shm; they are visible only in this
+//     mount namespace and vanish with its last process, so no cleanup ever
+//     walks a tree the snippet shaped;
+//   - writes the code and the input files, read from a socket to serve,
+//     into that fresh tmpfs, where no link or FIFO can be waiting;
+//   - tells serve it is ready and waits for it to move the process into the
+//     run's cgroups;
+//   - drops to the run's own uid and gid with no supplementary groups, sets
+//     no_new_privs and a seccomp filter that refuses new user namespaces,
+//     and execs python3.
+//
+// The alternative of starting python3 straight from a thread that unshared
+// its mount namespace cannot give a /proc of the new PID namespace (only a
+// process inside it can mount one), nor no_new_privs and seccomp (os/exec
+// has no hook between fork and exec); bubblewrap could, but is one more
+// package that a fresh machine does not have, and the memory and process
+// bounds (cgroups) would still be ours.
+
+// Sandbox asks Run to isolate a run; see the comment above. It needs root.
+type Sandbox struct {
+	// UID and GID are the run's own, from a range nothing else uses, so that
+	// no other run can signal it, read its memory, or share its process
+	// count (RLIMIT_NPROC is per uid).
+	UID, GID uint32
+	// DiskLimit is the size of each tmpfs (/tmp with the working directory,
+	// /var/tmp, /dev/shm) in bytes; 0 means DefaultDiskLimit. Pages in them
+	// count against the run's memory cgroup too.
+	DiskLimit int64
+	// Cgroups is where the run's own memory and pids cgroups are made; nil
+	// means none (the rlimits are then the only bounds).
+	Cgroups *CgroupParent
+	// MemoryLimit bounds the run's memory cgroup in bytes; 0 means no bound
+	// beyond the host's (the cgroup still counts the run's OOM kills).
+	MemoryLimit int64
+	// NoSeccomp leaves out the filter that refuses new user namespaces; for
+	// the tests' positive controls only.
+	NoSeccomp bool
+}
+
+// Paths inside an isolated run.
+const (
+	// SandboxDir is the working directory (and HOME) of an isolated run.
+	SandboxDir = "/tmp/work"
+	// sandboxSnippet holds the code: outside the working directory, so the
+	// run's own files are exactly Job.Files, and owned by root, read-only.
+	sandboxSnippet = "/tmp/sandbox-snippet.py"
+	// initArg0 is the argv[0] by which MaybeInit knows it is a run's init.
+	initArg0 = "sandbox-init"
+	// initFD is where the init finds its socket to serve.
+	initFD = 3
+)
+
+// DefaultDiskLimit bounds each of an isolated run's tmpfs mounts: above the
+// 100 MiB file-size limit, so the largest file allowed fits, and
+// memory-backed, so also bounded by the memory cgroup.
+const DefaultDiskLimit = 128 << 20
+
+// sandboxInodes bounds the files of each tmpfs: far above what a snippet
+// makes, and each inode costs kernel memory.
+const sandboxInodes = 1 << 18
+
+var hooked atomic.Bool
+
+// MaybeInit must run first in every binary that makes isolated runs: the
+// first statement of main, or of TestMain in a test binary; never in a
+// package init, so that a reader of main sees it. In a run's init
+// process it sets up the sandbox and execs python3, so it returns only on
+// failure, with isInit true: the caller must then exit at once with a
+// non-zero status, printing nothing (the error already went to serve).
+// Everywhere else it returns false and records that isolated runs are
+// possible, so that a binary without the hook is refused rather than started
+// again as a run's init.
+func MaybeInit() (isInit bool, err error) {
+	if len(os.Args) == 0 || os.Args[0] != initArg0 {
+		hooked.Store(true)
+		return false, nil
+	}
+	return true, sandboxInit()
+}
+
+func (s *Sandbox) diskLimit() int64 {
+	if s.DiskLimit > 0 {
+		return s.DiskLimit
+	}
+	return DefaultDiskLimit
+}
+
+// sandboxCloneflags are the namespaces of an isolated run: no network at all
+// (not even loopback is up), its own PIDs, mounts, IPC and host name.
+const sandboxCloneflags = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+	syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+
+// checkSandbox reports why this process cannot make isolated runs.
+func checkSandbox(s *Sandbox) error {
+	switch {
+	case !hooked.Load():
+		return errors.New("isolated run: this binary does not call exec.MaybeInit first")
+	case os.Geteuid() != 0:
+		return errors.New("isolated run: needs root")
+	case s.UID == 0 || s.GID == 0:
+		return fmt.Errorf("isolated run: uid %d gid %d: must not be root", s.UID, s.GID)
+	}
+	return nil
+}
+
+// setupTimeout bounds an isolated run's set-up: the mounts, at most
+// MaxFilesBytes through a local socket, the cgroup moves. It takes a few
+// milliseconds; a run that has not started by then never will.
+const setupTimeout = 10 * time.Second
+
+// sandboxStart is serve's side of an isolated run's start.
+type sandboxStart struct {
+	parent, child *os.File   // the socket to the init: ours, and its end until it has started
+	cg            *runCgroup // nil without cgroups
+	cfg           initConfig
+	files         []File
+}
+
+// prepareSandbox turns cmd into the start of the run's init and makes the
+// run's cgroups.
+func prepareSandbox(cmd *osexec.Cmd, opts Options, python string, args, env []string, job *Job) (*sandboxStart, error) {
+	s := opts.Sandbox
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	// Non-blocking, so that deadlines bound every read and write.
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	sb := &sandboxStart{
+		parent: os.NewFile(uintptr(fds[0]), "sandbox-init"),
+		child:  os.NewFile(uintptr(fds[1]), "sandbox-init"),
+		files:  job.Files,
+		cfg: initConfig{UID: s.UID, GID: s.GID, DiskLimit: s.diskLimit(), Python: python, Args: args, Env: env,
+			Code: job.Code, Seccomp: !s.NoSeccomp},
+	}
+	if s.Cgroups != nil {
+		if sb.cg, err = s.Cgroups.newRun(s.MemoryLimit, opts.maxProcs()); err != nil {
+			sb.close()
+			return nil, fmt.Errorf("run: %w", err)
+		}
+	}
+	cmd.Path = "/proc/self/exe"
+	cmd.Args = []string{initArg0}
+	cmd.Dir = "/"
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{sb.child} // initFD
+	cmd.SysProcAttr.Cloneflags = sandboxCloneflags
+	cmd.SysProcAttr.Credential = nil
+	return sb, nil
+}
+
+// started drops our copy of the init's end of the socket, so that its exec
+// (which closes the init's copy) is seen as end of file.
+func (sb *sandboxStart) started() {
+	sb.child.Close()
+	sb.child = nil
+}
+
+// handshake sends the init the job, moves it into the run's cgroups once it
+// is ready, lets it go, and returns when python3 has replaced it.
+func (sb *sandboxStart) handshake(ctx context.Context, pid int) error {
+	deadline := time.Now().Add(setupTimeout)
+	sb.parent.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { sb.parent.SetDeadline(time.Now()) })
+	defer stop()
+	r := bufio.NewReaderSize(sb.parent, 4096)
+	// The init reads the whole job before it answers; if it fails early the
+	// write fails too, and its answer says why.
+	werr := writeJob(sb.parent, sb.cfg, sb.files)
+	line, err := r.ReadString('\n')
+	if err == nil && line == initReady {
+		if werr != nil {
+			return fmt.Errorf("run: send job to sandbox init: %w", werr)
+		}
+		if sb.cg != nil {
+			if err := sb.cg.place(pid); err != nil {
+				return fmt.Errorf("run: %w", err)
+			}
+		}
+		if _, err := sb.parent.Write([]byte{initGo}); err != nil {
+			return fmt.Errorf("run: start sandbox: %w", err)
+		}
+		// End of file: the exec closed the init's end.
+		line, err = r.ReadString('\n')
+		if err == io.EOF && line == "" {
+			return nil
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("run cancelled: %w", context.Cause(ctx))
+	case strings.HasPrefix(line, initErrJob):
+		return fmt.Errorf("%w: %s", ErrInvalidJob, strings.TrimSpace(strings.TrimPrefix(line, initErrJob)))
+	case strings.HasPrefix(line, initErrHost):
+		return fmt.Errorf("run: sandbox init: %s", strings.TrimSpace(strings.TrimPrefix(line, initErrHost)))
+	case err != nil:
+		return fmt.Errorf("run: sandbox init: %w", err)
+	}
+	return fmt.Errorf("run: sandbox init: unexpected %q", line)
+}
+
+// close releases the socket and removes the run's cgroups; the run's
+// processes must be gone. A cgroup that cannot be removed is left for the
+// host's tools: nothing here can log.
+func (sb *sandboxStart) close() {
+	if sb.child != nil {
+		sb.child.Close()
+	}
+	sb.parent.Close()
+	if sb.cg != nil {
+		_ = sb.cg.remove()
+	}
+}
