@@ -3,6 +3,8 @@ package exec
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -243,4 +245,21 @@ func (sb *sandboxStart) close() {
 	if sb.cg != nil {
 		_ = sb.cg.remove()
 	}
+}
+
+// The uids of isolated runs: the top 2^24 below 2^31, far above the ids of
+// users, system accounts and the usual subordinate ranges (from 100000 in
+// steps of 65536), and never 65534. Kubernetes pods on the same host draw
+// from [100000, 2^31-2] at random and may rarely coincide.
+const (
+	MinSandboxUID = 1<<31 - 1<<24
+	MaxSandboxUID = 1<<31 - 2
+)
+
+// RandomSandboxUID returns a uid in [MinSandboxUID, MaxSandboxUID] from a
+// secure source, so that runs cannot predict one another's.
+func RandomSandboxUID() uint32 {
+	var b [4]byte
+	rand.Read(b[:]) // never fails on Linux (Go 1.24+)
+	return MinSandboxUID + binary.LittleEndian.Uint32(b[:])%(MaxSandboxUID-MinSandboxUID+1)
 }

@@ -1,12 +1,15 @@
 // Package local is the backend that runs each execution as a process on
-// this machine: a fresh temporary directory, exec.Run, and Linux namespaces
-// where the host allows them (with uid 65534 when we are root, inside a user
-// namespace of its own when we are not).
+// this machine.
 //
-// It is weaker than the Kubernetes backend, and says so: the child shares
-// the host's kernel, filesystem (read access as its uid allows) and, without
-// namespaces, network; there is no per-run cgroup, only rlimits. It is meant
-// for development and for one trusted machine.
+// As root (what `make run` is) every run is isolated by exec.Sandbox: a uid
+// and gid of its own, its own PID, mount, network, IPC and UTS namespaces,
+// a read-only view of the host with a fresh /proc and private, size-bounded
+// tmpfs for /tmp (its working directory), /var/tmp and /dev/shm, its own
+// memory and pids cgroups, no_new_privs and no new user namespaces. Runs
+// cannot see, signal or write one another, and nothing of a run outlives it.
+// Where a property cannot be had, IsolationAuto says which in the log and
+// IsolationStrict refuses to start. It still shares the host's kernel and
+// can read what any user may read on the host.
 package local
 
 import (
@@ -29,13 +32,13 @@ import (
 
 // Isolation modes.
 const (
-	// IsolationAuto uses namespaces and a non-root uid where the host allows
-	// them, and falls back (with a warning) where it does not.
+	// IsolationAuto isolates runs as far as the host allows and logs each
+	// property it could not get.
 	IsolationAuto = "auto"
-	// IsolationStrict requires namespaces: New fails without them.
+	// IsolationStrict requires every property: New fails without one.
 	IsolationStrict = "strict"
 	// IsolationNone runs the child as a plain process, as this user. Tests
-	// use it as the positive control of the network check.
+	// use it as the positive control of their attacks.
 	IsolationNone = "none"
 )
 
@@ -44,22 +47,13 @@ const (
 	// DefaultQueueWait matches the pool's wait for a warm pod: long enough to
 	// ride out a burst, short enough that an agent hears back.
 	DefaultQueueWait = 30 * time.Second
-	// DefaultMemoryLimit caps each child's address space. The local backend
-	// has no cgroup per run, so this rlimit is what stops one snippet from
-	// taking the machine's memory; it is above a pod's 512 MiB because
-	// address space overcounts what Python really uses.
+	// DefaultMemoryLimit bounds each run's memory: its memory cgroup where
+	// the host has one, else its address space (RLIMIT_AS). It is above a
+	// pod's 512 MiB because without a cgroup address space overcounts what
+	// Python really uses.
 	DefaultMemoryLimit = 1 << 30
-	// nobody is the uid and gid the child runs as when we are root: it owns
-	// nothing on a typical host.
-	nobody     = 65534
-	retryAfter = time.Second
+	retryAfter         = time.Second
 )
-
-// namespaces are the ones a child gets when the host allows: no network at
-// all (not even loopback is up), its own PIDs, mounts, IPC and hostname. A
-// variable so that a test can make the kernel refuse them.
-var namespaces uintptr = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-	syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 
 // Options configure the local backend.
 type Options struct {
@@ -72,9 +66,15 @@ type Options struct {
 	QueueWait time.Duration
 	// MaxOutput is the bytes kept per stream; 0 means exec's default.
 	MaxOutput int
-	// MemoryLimit is each child's RLIMIT_AS in bytes; 0 means
-	// DefaultMemoryLimit, negative means none.
+	// MemoryLimit bounds each run's memory in bytes (see
+	// DefaultMemoryLimit); 0 means DefaultMemoryLimit, negative means none.
 	MemoryLimit int64
+	// MaxProcs bounds each run's processes and threads; 0 means exec's
+	// default.
+	MaxProcs int
+	// DiskLimit bounds each of a run's tmpfs mounts; 0 means exec's
+	// default.
+	DiskLimit int64
 	// Isolation is IsolationAuto (""), IsolationStrict or IsolationNone.
 	Isolation string
 	// Logger receives the start-up report; nil discards it.
@@ -83,12 +83,14 @@ type Options struct {
 
 // Backend runs executions as local processes. It implements server.Backend.
 type Backend struct {
-	opts       Options
-	log        *slog.Logger
-	base       string // holds the per-run directories; 0755 so a non-root child can reach its own
-	cloneflags uintptr
-	cred       *syscall.Credential
-	sem        chan struct{}
+	opts Options
+	log  *slog.Logger
+	iso  isolation
+	// base holds the per-run directories of the weaker modes (0711, so a
+	// child of another uid reaches its own); "" when runs are sandboxed.
+	base string
+	sem  chan struct{}
+	uids uidSet
 
 	busy, waiting atomic.Int64
 	closed        atomic.Bool
@@ -121,138 +123,65 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	base, err := os.MkdirTemp("", "sandbox-local-")
-	if err != nil {
-		return nil, fmt.Errorf("local backend: %w", err)
-	}
-	if err := os.Chmod(base, 0o755); err != nil {
-		os.RemoveAll(base)
-		return nil, fmt.Errorf("local backend: %w", err)
-	}
-	b := &Backend{opts: opts, log: log, base: base, sem: make(chan struct{}, opts.MaxConcurrent)}
+	b := &Backend{opts: opts, log: log, sem: make(chan struct{}, opts.MaxConcurrent), uids: uidSet{m: map[uint32]bool{}}}
 	if err := b.chooseIsolation(ctx); err != nil {
-		os.RemoveAll(base)
+		b.Close()
 		return nil, err
 	}
 	return b, nil
 }
 
-// chooseIsolation tries the strongest setting first and keeps the first
-// one under which a probe snippet runs.
-func (b *Backend) chooseIsolation(ctx context.Context) error {
-	log := b.log
-	log.Warn("local backend: every execution is a process on this machine, which is weaker isolation than a " +
-		"Kubernetes pod: it shares the host's kernel and can read what its uid may read; there is no cgroup " +
-		"per run. Use it for development or on one trusted machine.")
-	if b.opts.Isolation == IsolationNone {
-		log.Warn("local backend: isolation off: snippets run as this user, with the host's network")
-		if err := b.probe(ctx, 0, nil); err != nil {
-			return fmt.Errorf("local backend: cannot run snippets: %w", err)
-		}
-		return nil
-	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		cred = &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}
-	}
-	type attempt struct {
-		flags uintptr
-		cred  *syscall.Credential
-	}
-	attempts := []attempt{{namespaces, cred}}
-	if cred == nil {
-		// Not root: only a user namespace of our own lets us create the
-		// others. Left without a uid map, the child is the overflow uid
-		// (65534) inside and still us on disk, so it can use its directory.
-		attempts = []attempt{{namespaces | syscall.CLONE_NEWUSER, nil}}
-	}
-	if b.opts.Isolation == IsolationAuto && cred != nil {
-		attempts = append(attempts, attempt{0, cred})
-	}
-	var errs []error
-	for _, a := range attempts {
-		err := b.probe(ctx, a.flags, a.cred)
-		if err == nil {
-			b.cloneflags, b.cred = a.flags, a.cred
-			break
-		}
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		if b.opts.Isolation == IsolationStrict {
-			return fmt.Errorf("local backend: namespaces unavailable (isolation strict): %w", errors.Join(errs...))
-		}
-		log.Warn("local backend: namespaces unavailable on this host, falling back: snippets see the host's "+
-			"network and processes", "error", errors.Join(errs...).Error())
-	}
-	if len(errs) == len(attempts) {
-		// Nothing isolated worked; make sure a plain child does, so that a
-		// missing interpreter fails here and not on every request.
-		if err := b.probe(ctx, 0, nil); err != nil {
-			return fmt.Errorf("local backend: cannot run snippets: %w", err)
-		}
-	}
-	uid := os.Geteuid()
-	if b.cred != nil {
-		uid = int(b.cred.Uid)
-	}
-	log.Info("local backend ready",
-		"namespaces", b.cloneflags != 0,
-		"user_namespace", b.cloneflags&syscall.CLONE_NEWUSER != 0,
-		"network", map[bool]string{true: "none", false: "host"}[b.cloneflags != 0],
-		"uid", uid,
-		"max_concurrent", b.opts.MaxConcurrent,
-		"memory_limit_bytes", b.opts.MemoryLimit)
-	if uid == 0 {
-		log.Warn("local backend: snippets run as root")
-	}
-	return nil
-}
-
-// probe runs a trivial snippet under flags and cred; it fails when the
-// kernel refuses the namespaces or the uid cannot run Python.
-func (b *Backend) probe(ctx context.Context, flags uintptr, cred *syscall.Credential) error {
-	res, err := b.run(ctx, exec.Job{Code: "import os, sys\nsys.exit(0 if os.getcwd() else 1)\n", Timeout: 10 * time.Second}, flags, cred)
-	if err != nil {
-		return fmt.Errorf("probe (namespaces %v, uid %v): %w", flags != 0, cred != nil, err)
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("probe (namespaces %v, uid %v) exited %d: %s", flags != 0, cred != nil, res.ExitCode, res.Stderr)
-	}
-	return nil
-}
-
-// Execute runs job in a fresh directory once a slot is free.
+// Execute runs job in a fresh sandbox once a slot is free.
 func (b *Backend) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 	if err := b.acquire(ctx); err != nil {
 		return exec.Result{}, err
 	}
 	defer b.release()
-	res, err := b.run(ctx, job, b.cloneflags, b.cred)
+	res, err := b.run(ctx, job, b.iso)
 	if errors.Is(err, exec.ErrInvalidJob) {
 		return exec.Result{}, api.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	return res, err
 }
 
-// run is one execution: a fresh directory, exec.Run, a fresh id.
-func (b *Backend) run(ctx context.Context, job exec.Job, flags uintptr, cred *syscall.Credential) (exec.Result, error) {
-	dir, err := os.MkdirTemp(b.base, "run-")
-	if err != nil {
-		return exec.Result{}, fmt.Errorf("local backend: %w", err)
+// run is one execution under iso, with a fresh id.
+func (b *Backend) run(ctx context.Context, job exec.Job, iso isolation) (exec.Result, error) {
+	opts := exec.Options{
+		Python:    b.opts.Python,
+		MaxOutput: b.opts.MaxOutput,
+		MaxProcs:  b.opts.MaxProcs,
 	}
-	defer b.removeAll(dir)
-	res, err := exec.Run(ctx, job, exec.Options{
-		Python: b.opts.Python,
-		Dir:    dir,
+	var uid uint32
+	if iso.ownUID {
+		uid = b.uids.take(iso.sharedUID)
+		defer b.uids.give(uid)
+	}
+	if iso.sandbox {
+		opts.Sandbox = &exec.Sandbox{UID: uid, GID: uid, DiskLimit: b.opts.DiskLimit, Cgroups: iso.cgroups,
+			MemoryLimit: b.opts.MemoryLimit, NoSeccomp: !iso.seccomp}
+		if iso.cgroups == nil || iso.cgroups.Memory == "" {
+			opts.MemoryLimit = b.opts.MemoryLimit
+		}
+	} else {
+		dir, err := os.MkdirTemp(b.base, "run-")
+		if err != nil {
+			return exec.Result{}, fmt.Errorf("local backend: %w", err)
+		}
+		defer b.removeAll(dir)
+		opts.Dir = dir
 		// Temporary files go to the run's directory, which is removed, not
 		// to the host's /tmp, which later runs would see.
-		Env:         append(exec.DefaultEnv(dir), "TMPDIR="+dir),
-		MaxOutput:   b.opts.MaxOutput,
-		Cloneflags:  flags,
-		Credential:  cred,
-		MemoryLimit: b.opts.MemoryLimit,
-	})
+		opts.Env = append(exec.DefaultEnv(dir), "TMPDIR="+dir)
+		opts.Cloneflags = iso.cloneflags
+		opts.MemoryLimit = b.opts.MemoryLimit
+		if iso.ownUID {
+			opts.Credential = &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
+			if err := os.Chmod(dir, 0o700); err != nil {
+				return exec.Result{}, fmt.Errorf("local backend: %w", err)
+			}
+		}
+	}
+	res, err := exec.Run(ctx, job, opts)
 	res.SandboxID = exec.LocalID()
 	return res, err
 }
@@ -289,13 +218,17 @@ func (b *Backend) release() {
 	<-b.sem
 }
 
-// removeAll removes a run's directory, even one the snippet made hard to
-// remove (a subdirectory without write or search permission).
+// removeAll removes a run's directory in the weaker modes. As root it
+// needs no help (and must not chmod: a run can swap a directory for a
+// symlink under a walk); as another user the run had our uid, so making
+// its directories writable again can reach nothing it could not.
 func (b *Backend) removeAll(dir string) {
 	if os.RemoveAll(dir) == nil {
 		return
 	}
-	_ = chmodTree(dir)
+	if os.Geteuid() != 0 {
+		_ = chmodTree(dir)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		b.log.Error("local backend: remove run directory", "dir", dir, "error", err.Error())
 	}
@@ -306,11 +239,21 @@ func (b *Backend) removeAll(dir string) {
 func (b *Backend) Ready() bool { return !b.closed.Load() }
 
 // Isolated reports whether executions get namespaces (no network).
-func (b *Backend) Isolated() bool { return b.cloneflags != 0 }
+func (b *Backend) Isolated() bool { return b.iso.sandbox || b.iso.cloneflags != 0 }
+
+// Sandboxed reports whether executions get every property of exec.Sandbox
+// that the host has (see Missing for those it lacks).
+func (b *Backend) Sandboxed() bool { return b.iso.sandbox }
+
+// Missing lists the isolation properties this host could not give.
+func (b *Backend) Missing() []string { return b.iso.missing }
 
 // Close removes the backend's directory. Call it after the last Execute.
 func (b *Backend) Close() error {
 	b.closed.Store(true)
+	if b.base == "" {
+		return nil
+	}
 	return os.RemoveAll(b.base)
 }
 
