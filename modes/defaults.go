@@ -32,6 +32,8 @@ func vars() kong.Vars {
 		"shutdown_timeout": seconds(server.DefaultShutdownTimeout),
 		"queue_wait":       seconds(local.DefaultQueueWait),
 		"memory_limit_mb":  strconv.Itoa(local.DefaultMemoryLimit >> 20),
+		"isolation":        local.IsolationAuto,
+		"isolations":       strings.Join([]string{local.IsolationAuto, local.IsolationStrict, local.IsolationNone}, ","),
 		"pool_size":        strconv.Itoa(pool.DefaultSize),
 		"pool_wait":        seconds(pool.DefaultWait),
 		"runner_port":      strconv.Itoa(kube.DefaultRunnerPort),

@@ -45,6 +45,32 @@ func TestRunCodeFileTimeout(t *testing.T) {
 	}
 }
 
+// TestRunCodeFileWorkdirAsRoot: an isolated run has no host directory to
+// work in, so --workdir as root needs --isolation none.
+func TestRunCodeFileWorkdirAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: as another user --code-file is not isolated")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "snippet.py")
+	os.WriteFile(file, []byte("import os\nprint(os.getcwd())\n"), 0o644)
+	var stdout, stderr strings.Builder
+	if code := modes.Main([]string{"run", "--code-file", file, "--workdir", dir}, &stdout, &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "--isolation none") {
+		t.Errorf("--workdir without --isolation none: exit %d, stderr %q", code, stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := modes.Main([]string{"run", "--code-file", file, "--workdir", dir, "--isolation", "none"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	var res exec.Result
+	json.Unmarshal([]byte(stdout.String()), &res)
+	if res.Stdout != dir+"\n" {
+		t.Errorf("result = %+v, want it run in %s", res, dir)
+	}
+}
+
 func TestRunFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"run", "--code-file", "/nonexistent.py"},
@@ -52,6 +78,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{"run", "--code-file", "x.py", "--timeout", "2m"},
 		{"run", "--code-file", "x.py", "--unsafe", "root-token"}, // a pod's weakening, not the runner's
 		{"run", "--code-file", "x.py", "--unsafe", "--listen=:8081"},
+		{"run", "--code-file", "x.py", "--isolation", "bogus"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := modes.Main(args, &stdout, &stderr); code == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/local"
 	"github.com/sandboxd/sandbox/weaken"
 )
 
@@ -26,6 +27,8 @@ type RunCmd struct {
 	Workdir     string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, ${workdir} when serving)."`
 	Listen      string        `default:":${runner_port}" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
 	SandboxID   string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
+
+	Isolation string `enum:"${isolations}" default:"${isolation}" env:"SANDBOX_ISOLATION" help:"As root, a --code-file snippet runs isolated (its own uid, namespaces, read-only host, private /tmp, cgroups): auto and strict refuse to run it as root any other way; none runs it as a plain process, as root."`
 
 	// For the e2e suite's negative tests only: see package weaken.
 	Unsafe []string `name:"unsafe" env:"SANDBOX_UNSAFE" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the runner on purpose (${unsafe_run}), to show that verify catches it. Never in production."`
@@ -44,6 +47,8 @@ func (c *RunCmd) Validate() error {
 		return errors.New("--max-output must be positive")
 	case c.MemoryLimit < 0 || c.MaxProcs < 0 || c.MaxFileSize < 0:
 		return errors.New("--memory-limit, --max-procs and --max-file-size must not be negative")
+	case c.CodeFile != "" && c.Workdir != "" && c.isolated():
+		return errors.New("--workdir: an isolated run works in a private tmpfs; use --isolation none to run in a directory of the host")
 	}
 	if _, err := weaken.Parse(c.Unsafe, true); err != nil {
 		return fmt.Errorf("--unsafe: %w", err)
@@ -63,6 +68,13 @@ func (c *RunCmd) options() exec.Options {
 		MaxFileSize: c.MaxFileSize, UnsafeKillLeaderOnly: c.unsafe().Has(weaken.KillLeaderOnly)}
 }
 
+// isolated reports whether a --code-file run is isolated: always as root,
+// unless --isolation none says otherwise in so many words. As another user
+// the snippet runs as that user, who could run it without us.
+func (c *RunCmd) isolated() bool {
+	return os.Geteuid() == 0 && c.Isolation != local.IsolationNone
+}
+
 // runFile runs the --code-file snippet here and writes its result to stdout.
 func (c *RunCmd) runFile(ctx context.Context, stdout io.Writer) error {
 	code, err := readCode(c.CodeFile)
@@ -71,7 +83,18 @@ func (c *RunCmd) runFile(ctx context.Context, stdout io.Writer) error {
 	}
 	opts := c.options()
 	opts.Dir = c.Workdir
-	if opts.Dir == "" {
+	if c.isolated() {
+		sb, err := c.sandbox()
+		if err != nil {
+			return err
+		}
+		opts.Sandbox = sb
+		if sb.Cgroups != nil && sb.Cgroups.Memory != "" {
+			// The cgroup bounds memory and counts OOM kills; an
+			// address-space cap would only make Python fail earlier.
+			opts.MemoryLimit = 0
+		}
+	} else if opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "sandbox-run-")
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
@@ -89,6 +112,27 @@ func (c *RunCmd) runFile(ctx context.Context, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(res)
+}
+
+// sandbox is the isolation of a --code-file run as root. Without cgroups
+// the rlimits still bound it, and auto accepts that; strict does not.
+func (c *RunCmd) sandbox() (*exec.Sandbox, error) {
+	uid := exec.RandomSandboxUID()
+	sb := &exec.Sandbox{UID: uid, GID: uid, MemoryLimit: c.MemoryLimit}
+	cg, err := exec.FindCgroups()
+	switch {
+	case err == nil:
+		sb.Cgroups = cg
+	case c.Isolation == local.IsolationStrict:
+		return nil, fmt.Errorf("run: isolation strict: %w", err)
+	}
+	if err := exec.SeccompSupported(); err != nil {
+		if c.Isolation == local.IsolationStrict {
+			return nil, fmt.Errorf("run: isolation strict: %w", err)
+		}
+		sb.NoSeccomp = true
+	}
+	return sb, nil
 }
 
 func readCode(file string) (string, error) {
