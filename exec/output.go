@@ -19,6 +19,9 @@ type boundedBuffer struct {
 	tailPos  int    // next write position in tail
 	tailLen  int
 	dropped  int64
+	// Set by finish: the kept head and tail, fitted to the cap.
+	done  bool
+	final []byte
 }
 
 func newBoundedBuffer(max int) *boundedBuffer {
@@ -71,22 +74,54 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 }
 
 // truncated reports whether bytes were dropped.
-func (b *boundedBuffer) truncated() bool { return b.dropped > 0 }
+func (b *boundedBuffer) truncated() bool {
+	b.finish()
+	return b.dropped > 0
+}
 
-// String returns what was kept as valid UTF-8. Where bytes were dropped it
-// puts a marker line naming how many; runes cut in two at either edge of the
-// gap are trimmed rather than shown as garbage.
-func (b *boundedBuffer) String(stream string) string {
+// finish fits what was kept to the cap as encoding/json will write it: a
+// control byte becomes six bytes on the wire, an invalid one three (U+FFFD),
+// so a run printing them could otherwise make an answer several times the
+// cap. The head and the tail give up whole runes at the gap until each
+// costs no more than its share. It is idempotent.
+func (b *boundedBuffer) finish() {
+	if b.done {
+		return
+	}
+	b.done = true
 	var tail []byte
 	if b.tailLen == len(b.tail) {
 		tail = append(append(tail, b.tail[b.tailPos:]...), b.tail[:b.tailPos]...)
 	} else {
 		tail = b.tail[b.tailPos-b.tailLen : b.tailPos]
 	}
+	head := b.head
 	if b.dropped == 0 {
-		return validUTF8(string(b.head) + string(tail))
+		all := append(append([]byte(nil), head...), tail...)
+		if jsonCost(all) <= b.headMax+b.tailSize {
+			b.head, b.final = all, nil
+			return
+		}
+		head, tail = all[:min(len(all), b.headMax)], all[min(len(all), b.headMax):]
 	}
-	head, tail := trimRunes(b.head, tail)
+	// Runes cut in two by the gap go first, uncounted as before; then
+	// whole runes until each side fits.
+	head, tail = trimRunes(head, tail)
+	fh := fitHead(head, b.headMax)
+	ft := fitTail(tail, b.tailSize)
+	b.dropped += int64(len(head) - len(fh) + len(tail) - len(ft))
+	b.head, b.final = fh, ft
+}
+
+// String returns what was kept as valid UTF-8. Where bytes were dropped it
+// puts a marker line naming how many; runes cut in two at either edge of the
+// gap are trimmed rather than shown as garbage.
+func (b *boundedBuffer) String(stream string) string {
+	b.finish()
+	if b.dropped == 0 {
+		return validUTF8(string(b.head))
+	}
+	head, tail := b.head, b.final
 	var s strings.Builder
 	s.Grow(len(head) + len(tail) + 80)
 	s.WriteString(validUTF8(string(head)))
@@ -96,6 +131,66 @@ func (b *boundedBuffer) String(stream string) string {
 	fmt.Fprintf(&s, "[sandbox: %d bytes of %s dropped here; the first and last bytes are kept]\n", b.dropped, stream)
 	s.WriteString(validUTF8(string(tail)))
 	return s.String()
+}
+
+// runeCost is what the rune at the start of p costs inside a JSON string
+// as encoding/json writes it (escaping HTML too), and its size in p. An
+// invalid byte counts as the U+FFFD it becomes.
+func runeCost(p []byte) (cost, size int) {
+	r, size := utf8.DecodeRune(p)
+	return costOf(r, size), size
+}
+
+func costOf(r rune, size int) int {
+	switch {
+	case r == utf8.RuneError && size <= 1:
+		return 3
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t' || r == '\b' || r == '\f':
+		return 2
+	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+		return 6
+	}
+	return size
+}
+
+// jsonCost is the cost of all of p.
+func jsonCost(p []byte) int {
+	n := 0
+	for len(p) > 0 {
+		c, size := runeCost(p)
+		n += c
+		p = p[size:]
+	}
+	return n
+}
+
+// fitHead is the longest prefix of p that costs at most max.
+func fitHead(p []byte, max int) []byte {
+	n, i := 0, 0
+	for i < len(p) {
+		c, size := runeCost(p[i:])
+		if n+c > max {
+			break
+		}
+		n += c
+		i += size
+	}
+	return p[:i]
+}
+
+// fitTail is the longest suffix of p that costs at most max.
+func fitTail(p []byte, max int) []byte {
+	n, i := 0, len(p)
+	for i > 0 {
+		r, size := utf8.DecodeLastRune(p[:i])
+		if c := costOf(r, size); n+c <= max {
+			n += c
+			i -= size
+			continue
+		}
+		break
+	}
+	return p[i:]
 }
 
 // trimRunes drops an incomplete UTF-8 sequence at the end of head and stray

@@ -2,6 +2,7 @@ package exec
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -93,6 +94,7 @@ func FuzzBoundedBuffer(f *testing.F) {
 	f.Add([]byte("hello, world"), uint8(5), uint8(3))
 	f.Add([]byte("caf\xc3\xa9 \xff\xfe \xe2\x82\xac"), uint8(6), uint8(1))
 	f.Add(bytes.Repeat([]byte("é"), 50), uint8(9), uint8(7))
+	f.Add(bytes.Repeat([]byte("\x01\xff<"), 40), uint8(20), uint8(4))
 	f.Fuzz(func(t *testing.T, data []byte, max, chunk uint8) {
 		if max == 0 {
 			max = 1
@@ -107,16 +109,62 @@ func FuzzBoundedBuffer(f *testing.F) {
 		if !utf8.ValidString(s) {
 			t.Fatalf("invalid UTF-8: %q", s)
 		}
+		// On the wire each side costs at most its share; the marker line
+		// and the quotes come on top.
+		marker, _ := json.Marshal("\n[sandbox: 99999 bytes of stdout dropped here; the first and last bytes are kept]\n")
+		if enc, _ := json.Marshal(s); len(enc) > int(max)+len(marker) {
+			t.Fatalf("%d bytes of JSON for a cap of %d: %s", len(enc), max, enc)
+		}
+		if jsonCost(data) != len(data) {
+			// Escapes cost more than the bytes: the exact counts below
+			// hold only for plain text.
+			return
+		}
 		if over := len(data) - int(max); over > 0 {
 			if b.dropped != int64(over) || !b.truncated() {
 				t.Fatalf("dropped %d, want %d", b.dropped, over)
 			}
 			h := int(max) / 2
-			if !bytes.Equal(b.head, data[:h]) {
+			// A rune cut in two at the gap goes; the rest of the head stays.
+			if !bytes.HasPrefix(data[:h], b.head) || len(b.head) < h-utf8.UTFMax+1 {
 				t.Fatalf("head %q, want %q", b.head, data[:h])
 			}
 		} else if b.truncated() || s != validUTF8(string(data)) {
 			t.Fatalf("got %q from %q under the cap", s, data)
 		}
 	})
+}
+
+// TestOutputCapOnTheWire: a flood of control bytes and invalid UTF-8, which
+// encoding/json writes as six and three bytes each, still gives an answer
+// within the cap (plus the marker). Counting raw bytes, as the buffer once
+// did, lets it grow to several times the cap: the control.
+func TestOutputCapOnTheWire(t *testing.T) {
+	const max = 64 << 10
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"control bytes", bytes.Repeat([]byte{1}, 4*max)},
+		{"invalid UTF-8", bytes.Repeat([]byte{0xff, 'a'}, 2*max)},
+		{"HTML", bytes.Repeat([]byte("<&>"), max)},
+		{"under the cap in bytes, not on the wire", bytes.Repeat([]byte{2}, max)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBoundedBuffer(max)
+			b.Write(tc.data)
+			enc, _ := json.Marshal(b.String("stdout"))
+			if len(enc) > max+200 {
+				t.Errorf("%d bytes on the wire for a cap of %d", len(enc), max)
+			}
+			if !b.truncated() {
+				t.Error("not marked truncated")
+			}
+			// The control: the same bytes kept by raw count.
+			raw, _ := json.Marshal(validUTF8(string(tc.data[:min(len(tc.data), max)])))
+			if len(raw) < 2*max {
+				t.Errorf("control: raw counting gives only %d bytes on the wire", len(raw))
+			}
+		})
+	}
 }
