@@ -60,10 +60,15 @@ func checkFiles(files []File) error {
 		return fmt.Errorf("%d files, over the limit of %d", len(files), MaxFiles)
 	}
 	total := 0
+	seen := make(map[string]bool, len(files))
 	for _, f := range files {
 		if err := ValidatePath(f.Path); err != nil {
 			return err
 		}
+		if seen[f.Path] {
+			return fmt.Errorf("file path %q is given twice", f.Path)
+		}
+		seen[f.Path] = true
 		total += len(f.Content)
 	}
 	if total > MaxFilesBytes {
@@ -91,7 +96,7 @@ func writeFiles(dir string, files []File, owner *[2]int) error {
 				return fmt.Errorf("write file %q: %w", f.Path, err)
 			}
 		}
-		if err := root.WriteFile(f.Path, f.Content, 0o644); err != nil {
+		if err := writeNew(root, f); err != nil {
 			return fmt.Errorf("write file %q: %w", f.Path, err)
 		}
 		if owner != nil {
@@ -101,6 +106,20 @@ func writeFiles(dir string, files []File, owner *[2]int) error {
 		}
 	}
 	return nil
+}
+
+// writeNew creates f, which must not exist: whatever is already in its
+// place (a FIFO whose open would block, a symlink) fails the job instead.
+func writeNew(root *os.Root, f File) error {
+	w, err := root.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(f.Content)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // mkdirOwned makes d and its parents inside root, owned by owner if set.

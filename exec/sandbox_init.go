@@ -303,7 +303,7 @@ func populate(cfg initConfig, files []File) error {
 				return &initError{job: true, err: fmt.Errorf("write file %q: %w", f.Path, err)}
 			}
 		}
-		if err := root.WriteFile(f.Path, f.Content, 0o644); err != nil {
+		if err := writeNew(root, f); err != nil {
 			return &initError{job: !isHostFault(err), err: fmt.Errorf("write file %q: %w", f.Path, err)}
 		}
 		if err := root.Lchown(f.Path, uid, gid); err != nil {

@@ -2,8 +2,11 @@ package exec
 
 import (
 	"context"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -46,5 +49,99 @@ print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0], open(
 	t.Logf("%+v", res)
 	if !strings.HasPrefix(res.Stdout, "2000000001 2000000001 [] 1 /tmp/work\n['in'] A\n") {
 		t.Errorf("stdout %q", res.Stdout)
+	}
+}
+
+// TestInputFilesNeverBlock: a FIFO or a symlink waiting where an input file
+// goes fails the job at once rather than blocking serve or writing
+// elsewhere; in a sandbox nothing can be waiting, since the files go into a
+// tmpfs made for the run. The control shows the planted FIFO is live: a
+// plain open for writing, as a naive writer does, would block on it.
+func TestInputFilesNeverBlock(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "data.txt"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(filepath.Join(outside, "victim"), filepath.Join(dir, "link.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// The control: no reader, so a blocking open would wait for ever.
+	if _, err := os.OpenFile(filepath.Join(dir, "data.txt"), os.O_WRONLY|syscall.O_NONBLOCK, 0); !errors.Is(err, syscall.ENXIO) {
+		t.Fatalf("control: the FIFO is not waiting for a reader: %v", err)
+	}
+	for _, name := range []string{"data.txt", "link.txt"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := Run(ctx, Job{Code: "pass", Files: []File{{Path: name, Content: []byte("x")}}}, Options{Dir: dir})
+		cancel()
+		if !errors.Is(err, ErrInvalidJob) {
+			t.Errorf("%s planted: Run = %v, want an invalid job at once", name, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "victim")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file was written through the symlink: %v", err)
+	}
+}
+
+// userNSProbe tries to make a user namespace in the two ways the C library
+// offers (unshare, and clone via a new process), and reports no_new_privs.
+const userNSProbe = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER = 0x10000000
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if libc.unshare(CLONE_NEWUSER) == 0 else 1)
+_, st = os.waitpid(pid, 0)
+print('unshare', 'ok' if os.waitstatus_to_exitcode(st) == 0 else 'refused')
+r = os.system('unshare --user true 2>/dev/null')
+print('unshare(1)', 'ok' if r == 0 else 'refused')
+print('no_new_privs', open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])
+`
+
+// TestNoNewUserNamespaces: inside a sandbox a run cannot make a user
+// namespace and has no_new_privs; with the seccomp filter off (the control)
+// the same code makes one.
+func TestNoNewUserNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noSeccomp bool
+	}{{"sandbox", false}, {"control: no seccomp filter", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := sandboxFor(t, 2_000_000_003)
+			if err := SeccompSupported(); err != nil {
+				t.Skip(err)
+			}
+			sb.NoSeccomp = tc.noSeccomp
+			res, err := Run(context.Background(), Job{Code: userNSProbe, Timeout: 10 * time.Second}, Options{Sandbox: sb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s%s", res.Stdout, res.Stderr)
+			want := "unshare refused\nunshare(1) refused\nno_new_privs 1\n"
+			if tc.noSeccomp {
+				want = "unshare ok\nunshare(1) ok\nno_new_privs 1\n"
+			}
+			if res.Stdout != want {
+				t.Errorf("stdout %q, want %q", res.Stdout, want)
+			}
+		})
+	}
+}
+
+// TestOwnProc: a sandbox's /proc shows its own processes alone; the host's
+// (the control, from this process) shows many more.
+func TestOwnProc(t *testing.T) {
+	sb := sandboxFor(t, 2_000_000_004)
+	res, err := Run(context.Background(), Job{Code: "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n",
+		Timeout: 10 * time.Second}, Options{Sandbox: sb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "[1]\n" {
+		t.Errorf("the sandbox's /proc lists %q, want [1]", res.Stdout)
+	}
+	host, _ := os.ReadDir("/proc")
+	if n := len(host); n < 10 {
+		t.Errorf("control: the host's /proc has only %d entries", n)
 	}
 }

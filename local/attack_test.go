@@ -316,3 +316,69 @@ func TestFakeOOM(t *testing.T) {
 		})
 	}
 }
+
+// shaper shapes its working directory against whoever cleans it up: a tree
+// deeper than PATH_MAX, directories without permissions, a link to the
+// host's canary directory, and a process that keeps swapping a directory
+// for such a link. It prints where it did so.
+const shaper = `import os, subprocess
+home = os.getcwd()
+os.mkdir('deep'); os.chdir('deep')
+for i in range(3000):
+    os.mkdir('d'); os.chdir('d')
+os.chdir(home)
+os.symlink(CANARY, 'to-canary')
+os.makedirs('locked/inner'); os.chmod('locked/inner', 0); os.chmod('locked', 0)
+subprocess.Popen(['sh', '-c', 'while :; do mkdir -p swap/x; rm -rf swap; ln -s ' + CANARY + ' swap; rm swap; done'],
+                 start_new_session=True)
+print(home)
+`
+
+// TestAttackCleanupShape: whatever a sandboxed run makes of its directory,
+// nothing is left on the host and nothing outside is touched, because its
+// directory is a tmpfs that goes with its mount namespace and no cleanup
+// walks it. The control (isolation none) shows the same tree lands in a
+// directory of the host, which serve must then walk.
+func TestAttackCleanupShape(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		isolation string
+		protected bool
+	}{
+		{"sandbox", IsolationAuto, true},
+		{"control: isolation none", IsolationNone, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t, Options{Isolation: tc.isolation})
+			if tc.protected {
+				requireSandbox(t, b)
+			}
+			canary := t.TempDir()
+			if err := os.Chmod(canary, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(canary+"/file", []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			res := run(t, b, strings.ReplaceAll(shaper, "CANARY", strconv.Quote(canary)))
+			if res.ExitCode != 0 {
+				t.Fatalf("the shaper failed: %+v", res)
+			}
+			dir := strings.TrimSpace(res.Stdout)
+			onHost := b.base != "" && strings.HasPrefix(dir, b.base+"/")
+			if onHost == tc.protected {
+				t.Errorf("the run's directory %s is on the host (under %q): %v, want %v", dir, b.base, onHost, !tc.protected)
+			}
+			for p, want := range map[string]os.FileMode{canary: os.ModeDir | 0o700, canary + "/file": 0o600} {
+				if fi, err := os.Lstat(p); err != nil || fi.Mode() != want {
+					t.Errorf("%s after the run: %v %v, want mode %v", p, fi.Mode(), err, want)
+				}
+			}
+			if b.base != "" {
+				if left, _ := os.ReadDir(b.base); len(left) > 0 {
+					t.Errorf("left behind in %s: %v", b.base, left)
+				}
+			}
+		})
+	}
+}
