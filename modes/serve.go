@@ -23,10 +23,10 @@ type ServeCmd struct {
 
 	MaxConcurrent int           `name:"max-concurrent" group:"local" help:"Local backend: executions at once (default 2 per CPU); more wait in a queue."`
 	QueueWait     time.Duration `name:"queue-wait" group:"local" default:"${queue_wait}" help:"Local backend: how long an execution waits for a free slot before 503."`
-	Isolation     string        `enum:"auto,strict,none" group:"local" default:"auto" help:"Local backend: namespaces (no network, own PIDs) and uid 65534 when root: auto uses them where the host allows, strict refuses to start without them, none turns them off."`
+	Isolation     string        `enum:"${isolations}" group:"local" default:"${isolation}" help:"Local backend: as root each run gets its own uid, namespaces, read-only host, private /tmp, cgroups, no_new_privs and no new user namespaces. auto takes what the host allows and logs what it lacks, strict refuses to start without all of it, none turns it off."`
 	Python        string        `group:"local" help:"Local backend: the interpreter (default python3 from the standard PATH)."`
 	MaxOutput     int           `name:"max-output" group:"local" help:"Local backend: bytes kept per stream (default ${max_output})."`
-	MemoryLimitMB int64         `name:"memory-limit-mb" group:"local" default:"${memory_limit_mb}" help:"Local backend: each snippet's address-space limit in MiB; 0 for none."`
+	MemoryLimitMB int64         `name:"memory-limit-mb" group:"local" default:"${memory_limit_mb}" help:"Local backend: each run's memory in MiB (its memory cgroup, else its address space); 0 for none."`
 
 	KubeFlags `embed:""`
 }
