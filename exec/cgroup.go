@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,12 +20,21 @@ import (
 // directory. Its memory bound is then the kernel's, for all its processes
 // and the tmpfs pages they write, and whether it was OOM-killed is read from
 // that cgroup's own oom_kill counter, which nothing in the run can forge.
+//
+// Where the host has the cpu controller, a run also gets a cpu cgroup of
+// default weight: the scheduler then weighs all of a run's processes
+// together like one process of the host, instead of each alone. Without it
+// a fork bomb's thousand runnable processes outweigh serve a thousand to
+// one, and serve's own deadline timer fires seconds late on a busy machine.
+// At the kill the weight goes to the maximum, so that the run's processes,
+// which must each run to exit, die at once.
 
 // CgroupParent is where runs' cgroups are made. Its zero fields mean the
 // host lacks that controller (the rlimits are then the bound).
 type CgroupParent struct {
-	// Memory and Pids are the parent directories; on v2 they are the same.
-	Memory, Pids string
+	// Memory, Pids and CPU are the parent directories; on v2 they are the
+	// same. CPU is optional: "" only costs the weighting described above.
+	Memory, Pids, CPU string
 	// V2 is true on the unified hierarchy.
 	V2 bool
 }
@@ -52,6 +62,8 @@ func FindCgroups() (*CgroupParent, error) {
 			p.Memory = v1Dir("memory", parts[2])
 		case hasController(parts[1], "pids"):
 			p.Pids = v1Dir("pids", parts[2])
+		case hasController(parts[1], "cpu"):
+			p.CPU = v1Dir("cpu", parts[2])
 		}
 	}
 	if p.Memory == "" && p.Pids == "" && unified != "" {
@@ -123,6 +135,11 @@ func (p *CgroupParent) useV2(path string) error {
 			return fmt.Errorf("find cgroups: enable %s: %w", strings.Join(want, " "), err)
 		}
 	}
+	// cpu on its own: the kernel refuses it while a real-time process
+	// shares the cgroup, and runs do without it.
+	if hasController(strings.ReplaceAll(strings.TrimSpace(string(ctrl)), " ", ","), "cpu") {
+		_ = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+cpu"), 0o644)
+	}
 	sub, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
 	for _, c := range strings.Fields(string(sub)) {
 		switch c {
@@ -130,6 +147,8 @@ func (p *CgroupParent) useV2(path string) error {
 			p.Memory = dir
 		case "pids":
 			p.Pids = dir
+		case "cpu":
+			p.CPU = dir
 		}
 	}
 	p.V2 = true
@@ -138,9 +157,9 @@ func (p *CgroupParent) useV2(path string) error {
 
 // runCgroup is one run's cgroups.
 type runCgroup struct {
-	parent       *CgroupParent
-	memory, pids string // "" where the host has no such controller
-	memoryLimit  int64
+	parent            *CgroupParent
+	memory, pids, cpu string // "" where the host has no such controller
+	memoryLimit       int64
 }
 
 // newRun makes a run's cgroups with its bounds. memory <= 0 leaves memory
@@ -169,6 +188,17 @@ func (p *CgroupParent) newRun(memory int64, procs int) (*runCgroup, error) {
 	} else if rc.pids, err = mk(p.Pids); err != nil {
 		rc.remove()
 		return nil, err
+	}
+	switch {
+	case p.CPU == p.Memory:
+		rc.cpu = rc.memory
+	case p.CPU == p.Pids:
+		rc.cpu = rc.pids
+	default:
+		if rc.cpu, err = mk(p.CPU); err != nil {
+			rc.remove()
+			return nil, err
+		}
 	}
 	if err := rc.limit(memory, procs); err != nil {
 		rc.remove()
@@ -219,12 +249,25 @@ func (rc *runCgroup) place(pid int) error {
 // dirs are the run's cgroup directories, each once.
 func (rc *runCgroup) dirs() []string {
 	var ds []string
-	for _, d := range []string{rc.memory, rc.pids} {
-		if d != "" && (len(ds) == 0 || ds[0] != d) {
+	for _, d := range []string{rc.memory, rc.pids, rc.cpu} {
+		if d != "" && !slices.Contains(ds, d) {
 			ds = append(ds, d)
 		}
 	}
 	return ds
+}
+
+// hurry gives the run's cpu cgroup the highest weight, just before it is
+// killed: every one of its processes must be scheduled once more to exit.
+func (rc *runCgroup) hurry() {
+	if rc == nil || rc.cpu == "" {
+		return
+	}
+	file, max := "cpu.shares", "262144"
+	if rc.parent.V2 {
+		file, max = "cpu.weight", "10000"
+	}
+	_ = os.WriteFile(filepath.Join(rc.cpu, file), []byte(max), 0o644)
 }
 
 // oomKills is the run's own OOM-kill count, or -1 without a memory cgroup.

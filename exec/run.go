@@ -255,6 +255,9 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 		killErr = cmd.Process.Kill()
 		err = <-waited
 	case timedOut || cancelled:
+		if sb != nil {
+			sb.cg.hurry()
+		}
 		killErr = killRun(pid)
 		err = <-waited
 	}

@@ -145,3 +145,26 @@ func TestOwnProc(t *testing.T) {
 		t.Errorf("control: the host's /proc has only %d entries", n)
 	}
 }
+
+// TestSandboxCPUCgroup: where the host has the cpu controller, a run is in a
+// cpu cgroup of its own, so that its processes weigh like one against serve.
+func TestSandboxCPUCgroup(t *testing.T) {
+	sb := sandboxFor(t, 2_000_000_011)
+	if sb.Cgroups == nil || sb.Cgroups.CPU == "" {
+		t.Skip("no cpu controller here")
+	}
+	res, err := Run(context.Background(), Job{Code: "print(open('/proc/self/cgroup').read())", Timeout: 10 * time.Second}, Options{Sandbox: sb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for line := range strings.SplitSeq(res.Stdout, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && (hasController(parts[1], "cpu") || (sb.Cgroups.V2 && parts[0] == "0")) {
+			found = strings.Contains(parts[2], "sandbox-run-")
+		}
+	}
+	if !found {
+		t.Errorf("the run is not in a cpu cgroup of its own:\n%s", res.Stdout)
+	}
+}
