@@ -13,6 +13,9 @@ func (c *RunCmd) Run(d *Deps) error {
 	if c.CodeFile != "" {
 		return c.runFile(d.Ctx, d.Stdout)
 	}
+	if c.Call {
+		return c.serveCall(d)
+	}
 	opts := c.options()
 	opts.Dir = c.Workdir
 	if opts.Dir == "" {

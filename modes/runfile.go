@@ -27,6 +27,8 @@ type RunCmd struct {
 	Workdir     string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, ${workdir} when serving)."`
 	Listen      string        `default:":${runner_port}" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
 	SandboxID   string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
+	Call        bool          `name:"call" help:"Tool pod entrypoint: serve one POST /v1/call instead, running the tool with the image's own python3 in the image's working directory (the default --workdir here)."`
+	Python      string        `name:"python" placeholder:"PATH" help:"With --call: the interpreter (default python3 from the image's PATH)."`
 
 	Isolation string `enum:"${isolations}" default:"${isolation}" env:"SANDBOX_ISOLATION" help:"As root, a --code-file snippet runs isolated (its own uid, namespaces, read-only host, private /tmp, cgroups): auto and strict refuse to run it as root any other way; none runs it as a plain process, as root."`
 

@@ -35,6 +35,11 @@ type Options struct {
 	Exec exec.Options
 	// Logger gets one line per execution; nil discards.
 	Logger *slog.Logger
+	// Call makes this a tool pod's runner: it takes one POST /v1/call
+	// instead of one POST /v1/execute, and runs it in Exec.Dir with
+	// CallEnv as the tool's environment (see RunCall).
+	Call    bool
+	CallEnv []string
 }
 
 // shutdownTimeout bounds the graceful shutdown after the answer: the one
@@ -88,7 +93,11 @@ func New(opts Options) (*Server, error) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("POST /v1/execute", s.execute)
+	if opts.Call {
+		mux.HandleFunc("POST /v1/call", s.call)
+	} else {
+		mux.HandleFunc("POST /v1/execute", s.execute)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s: the runner serves POST /v1/execute, GET /healthz and GET /readyz", r.Method, r.URL.Path))
 	})
@@ -189,7 +198,7 @@ func methodNotAllowed(next http.Handler) http.Handler {
 				api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use GET", r.Method, r.URL.Path))
 				return
 			}
-		case "/v1/execute":
+		case "/v1/execute", "/v1/call":
 			if r.Method != http.MethodPost {
 				w.Header().Set("Allow", http.MethodPost)
 				api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use POST", r.Method, r.URL.Path))
