@@ -347,7 +347,10 @@ func ValidateImagePatterns(images []string) error {
 // ValidateEnvDeny checks deny patterns are valid globs.
 func ValidateEnvDeny(patterns []string) error {
 	for _, p := range patterns {
-		if _, err := path.Match(p, ""); err != nil || p == "" {
+		if p == "" {
+			continue // an empty setting: no pattern
+		}
+		if _, err := path.Match(p, ""); err != nil {
 			return fmt.Errorf("env deny pattern %q: not a glob pattern", p)
 		}
 	}
@@ -382,6 +385,9 @@ func (p CallPolicy) Check(c Call) error {
 	for _, k := range slices.Sorted(mapKeys(c.Env)) {
 		up := strings.ToUpper(k)
 		for _, pat := range p.EnvDeny {
+			if pat == "" {
+				continue
+			}
 			if ok, _ := path.Match(strings.ToUpper(pat), up); ok {
 				return Errorf(http.StatusBadRequest, "env %q is refused: it matches the deny pattern %q (%s); credentials must not be passed to tool pods", k, pat, p.EnvDenySetting)
 			}

@@ -52,7 +52,7 @@ func RunInImage(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := becomeSubreaper(); err != nil {
 		return Result{}, fmt.Errorf("run: %w", err)
 	}
-	return start(ctx, opts, timeout, python, openArgs(pythonArgs(opts, code)), env)
+	return start(ctx, opts, timeout, python, openArgs(pythonArgs(opts, code)), env, nil)
 }
 
 // openArgs drops isolated mode from Run's interpreter flags and keeps the

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandbox/manifests"
 	"github.com/sandboxd/sandbox/pool"
 	"github.com/sandboxd/sandbox/server"
+	"github.com/sandboxd/sandbox/toolpod"
 	"github.com/sandboxd/sandbox/verify"
 	"github.com/sandboxd/sandbox/weaken"
 )
@@ -27,33 +28,38 @@ const defaultListen = "127.0.0.1:8080"
 // and kong fills it in.
 func vars() kong.Vars {
 	return kong.Vars{
-		"listen":           defaultListen,
-		"max_body":         strconv.Itoa(api.DefaultMaxBody),
-		"shutdown_timeout": seconds(server.DefaultShutdownTimeout),
-		"queue_wait":       seconds(local.DefaultQueueWait),
-		"memory_limit_mb":  strconv.Itoa(local.DefaultMemoryLimit >> 20),
-		"isolation":        local.IsolationAuto,
-		"isolations":       strings.Join([]string{local.IsolationAuto, local.IsolationStrict, local.IsolationNone}, ","),
-		"pool_size":        strconv.Itoa(pool.DefaultSize),
-		"pool_wait":        seconds(pool.DefaultWait),
-		"runner_port":      strconv.Itoa(kube.DefaultRunnerPort),
-		"workdir":          kube.Workdir,
-		"snippet_cpu":      kube.SnippetCPU,
-		"snippet_memory":   kube.SnippetMemory,
-		"image":            manifests.DefaultImage,
-		"namespace":        manifests.DefaultNamespace,
-		"api_server_cidrs": strings.Join(manifests.DefaultAPIServerCIDRs, ","),
-		"timeout":          seconds(exec.DefaultTimeout),
-		"max_timeout":      seconds(api.MaxTimeoutS * time.Second),
-		"max_output":       strconv.Itoa(exec.DefaultMaxOutput),
-		"max_procs":        strconv.Itoa(exec.DefaultMaxProcs),
-		"max_file_size":    strconv.Itoa(exec.DefaultMaxFileSize),
-		"verify_name":      verify.DefaultName,
-		"cluster_domain":   verify.DefaultClusterDomain,
-		"parallel":         strconv.Itoa(verify.DefaultParallel),
-		"verify_timeout":   seconds(verify.DefaultTimeout),
-		"unsafe_serve":     weaken.List(false),
-		"unsafe_run":       weaken.List(true),
+		"listen":              defaultListen,
+		"max_body":            strconv.Itoa(api.DefaultMaxBody),
+		"shutdown_timeout":    seconds(server.DefaultShutdownTimeout),
+		"queue_wait":          seconds(local.DefaultQueueWait),
+		"memory_limit_mb":     strconv.Itoa(local.DefaultMemoryLimit >> 20),
+		"isolation":           local.IsolationAuto,
+		"isolations":          strings.Join([]string{local.IsolationAuto, local.IsolationStrict, local.IsolationNone}, ","),
+		"pool_size":           strconv.Itoa(pool.DefaultSize),
+		"pool_wait":           seconds(pool.DefaultWait),
+		"runner_port":         strconv.Itoa(kube.DefaultRunnerPort),
+		"workdir":             kube.Workdir,
+		"snippet_cpu":         kube.SnippetCPU,
+		"snippet_memory":      kube.SnippetMemory,
+		"image":               manifests.DefaultImage,
+		"namespace":           manifests.DefaultNamespace,
+		"api_server_cidrs":    strings.Join(manifests.DefaultAPIServerCIDRs, ","),
+		"timeout":             seconds(exec.DefaultTimeout),
+		"max_timeout":         seconds(api.MaxTimeoutS * time.Second),
+		"max_output":          strconv.Itoa(exec.DefaultMaxOutput),
+		"max_procs":           strconv.Itoa(exec.DefaultMaxProcs),
+		"max_file_size":       strconv.Itoa(exec.DefaultMaxFileSize),
+		"verify_name":         verify.DefaultName,
+		"cluster_domain":      verify.DefaultClusterDomain,
+		"parallel":            strconv.Itoa(verify.DefaultParallel),
+		"verify_timeout":      seconds(verify.DefaultTimeout),
+		"unsafe_serve":        weaken.List(false),
+		"unsafe_run":          weaken.List(true),
+		"tool_env_deny":       strings.Join(api.DefaultEnvDeny, ","),
+		"tool_ready_timeout":  seconds(kube.ToolReadyTimeout),
+		"tool_max_concurrent": strconv.Itoa(toolpod.DefaultMaxConcurrent),
+		"call_timeout":        seconds(api.DefaultCallTimeoutS * time.Second),
+		"max_call_timeout":    seconds(api.MaxCallTimeoutS * time.Second),
 	}
 }
 

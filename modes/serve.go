@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/local"
 	"github.com/sandboxd/sandbox/server"
 )
@@ -29,6 +30,7 @@ type ServeCmd struct {
 	MemoryLimitMB int64         `name:"memory-limit-mb" group:"local" default:"${memory_limit_mb}" help:"Local backend: each run's memory in MiB (its memory cgroup, else its address space); 0 for none."`
 
 	KubeFlags `embed:""`
+	ToolFlags `embed:"" group:"tool calls"`
 }
 
 // Run builds the backend and serves until SIGINT or SIGTERM, then drains.
@@ -59,6 +61,21 @@ func (c *ServeCmd) Run(d *Deps) error {
 	}
 	// After Run: the server has drained, so no execution uses the backend.
 	defer cleanup()
+	var (
+		caller server.Caller
+		policy api.CallPolicy
+	)
+	if len(c.ToolImages) > 0 {
+		if backend != "kubernetes" {
+			return fmt.Errorf("--tool-images: tool calls need the kubernetes backend (this is %s)", backend)
+		}
+		var stop func()
+		caller, policy, stop, err = newToolCaller(&c.KubeFlags, &c.ToolFlags, log)
+		if err != nil {
+			return fmt.Errorf("tool calls: %w", err)
+		}
+		defer stop()
+	}
 
 	srv, err := server.New(server.Options{
 		Backend:         b,
@@ -66,6 +83,8 @@ func (c *ServeCmd) Run(d *Deps) error {
 		MaxBody:         c.MaxBody,
 		Listen:          c.Listen,
 		ShutdownTimeout: c.ShutdownTimeout,
+		Caller:          caller,
+		CallPolicy:      policy,
 	})
 	if err != nil {
 		return err

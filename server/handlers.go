@@ -33,6 +33,9 @@ func (s *Server) routes() http.Handler {
 		"/readyz":     {[]string{http.MethodGet, http.MethodHead}, s.readyz},
 		"/metrics":    {[]string{http.MethodGet, http.MethodHead}, metricsHandler.ServeHTTP},
 	}
+	if s.opts.Caller != nil {
+		table["/v1/call"] = route{[]string{http.MethodPost}, s.call}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt, ok := table[r.URL.Path]
 		if !ok {

@@ -27,9 +27,11 @@ const (
 	// connection before its request is complete; a 1 MiB body needs far less.
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
-	// writeTimeout must outlast the slowest answer: a wait for a free
-	// sandbox (30 s in the pool), the longest snippet, and the reply.
-	writeTimeout = 2*time.Minute + api.MaxTimeoutS*time.Second
+	// writeTimeout must outlast the slowest answer: for a snippet a wait
+	// for a free sandbox (30 s in the pool), the longest snippet, and the
+	// reply; for a tool call, which is longer, a wait for a slot (30 s), a
+	// pod's readiness deadline (110 s), the longest call and its slack.
+	writeTimeout = 30*time.Second + 110*time.Second + api.MaxCallTimeoutS*time.Second + time.Minute
 	// idleTimeout closes keep-alive connections agents forgot about.
 	idleTimeout = 2 * time.Minute
 )
@@ -52,6 +54,10 @@ type Options struct {
 	// ShutdownTimeout bounds how long Run lets executions in flight finish
 	// after its context ends; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// Caller makes tool calls (POST /v1/call) under CallPolicy; nil leaves
+	// the path unserved (404), so a deployment opts in.
+	Caller     Caller
+	CallPolicy api.CallPolicy
 }
 
 // MetricsRegisterer is implemented by backends that have metrics of their
@@ -65,6 +71,7 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
+	calls   *callMetrics
 	handler http.Handler
 
 	// runCtx is the parent of every execution's context. It outlives the
@@ -111,6 +118,16 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s := &Server{opts: opts, log: log, metrics: m}
+	if opts.Caller != nil {
+		if s.calls, err = newCallMetrics(opts.Registry); err != nil {
+			return nil, err
+		}
+		if mr, ok := opts.Caller.(MetricsRegisterer); ok {
+			if err := mr.RegisterMetrics(opts.Registry); err != nil {
+				return nil, fmt.Errorf("server: register caller metrics: %w", err)
+			}
+		}
+	}
 	s.runCtx, s.cancelRuns = context.WithCancel(context.Background())
 	s.handler = s.routes()
 	return s, nil

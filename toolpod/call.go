@@ -1,0 +1,276 @@
+package toolpod
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/kube"
+)
+
+// Call runs call in a new pod of call.Image and deletes the pod before it
+// returns (or, if the delete fails, leaves it to the janitor and
+// activeDeadlineSeconds). A pod that is not Ready within the readiness
+// deadline is a 504 naming what it waited for.
+func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error) {
+	if err := c.acquire(ctx); err != nil {
+		return api.CallResult{}, err
+	}
+	defer func() { <-c.slots }()
+	c.calls.Add(1)
+	defer c.calls.Done()
+
+	name := kube.ToolPodName()
+	o := c.opts.Pod
+	o.Image = call.Image
+	pod := kube.ToolPod(o, name, kube.RandomUID())
+	log := c.log.With("pod", name, "image", call.Image, "function", call.Function())
+
+	c.mu.Lock()
+	c.active[name] = true
+	c.m.active.Set(float64(len(c.active)))
+	c.mu.Unlock()
+	defer c.remove(name, log)
+
+	// The watch opens before the create, so no status change is missed.
+	wctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
+	defer cancel()
+	w, err := c.watch(wctx, name)
+	if err != nil {
+		return api.CallResult{}, fmt.Errorf("watch tool pod %s: %w", name, err)
+	}
+	defer w.Stop()
+	created := time.Now()
+	if _, err := c.opts.Client.CoreV1().Pods(c.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsForbidden(err) {
+			// Admission (Pod Security, a quota) refused it: say so plainly.
+			return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("create tool pod: refused by the cluster: %v", err)}
+		}
+		return api.CallResult{}, fmt.Errorf("create tool pod %s: %w", name, err)
+	}
+	ready, err := c.waitReady(wctx, ctx, w, name)
+	if err != nil {
+		log.Info("tool pod not ready", "err", err, "waited", time.Since(created))
+		return api.CallResult{}, err
+	}
+	c.m.ready.Observe(time.Since(created).Seconds())
+	log.Debug("tool pod ready", "startup", time.Since(created))
+	res, err := c.send(ctx, ready, call)
+	if err != nil {
+		log.Info("call failed", "err", err)
+		return res, err
+	}
+	res.SandboxID = name
+	return res, nil
+}
+
+// remove deletes the call's pod, off the request's context.
+func (c *Caller) remove(name string, log interface{ Warn(string, ...any) }) {
+	ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
+	defer cancel()
+	err := c.delete(ctx, name)
+	c.mu.Lock()
+	delete(c.active, name)
+	c.m.active.Set(float64(len(c.active)))
+	c.mu.Unlock()
+	if err != nil {
+		log.Warn("delete tool pod failed; the janitor and activeDeadlineSeconds remain", "err", err)
+	}
+}
+
+func (c *Caller) delete(ctx context.Context, name string) error {
+	grace := int64(0)
+	err := c.opts.Client.CoreV1().Pods(c.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete tool pod %s: %w", name, err)
+	}
+	return nil
+}
+
+func (c *Caller) watch(ctx context.Context, name string) (watch.Interface, error) {
+	return c.opts.Client.CoreV1().Pods(c.opts.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
+	})
+}
+
+// waitReady follows the pod until it is Ready, fails, or wctx (the
+// readiness deadline) ends. ctx is the request's: when it ends first, that
+// is not the pod's fault.
+func (c *Caller) waitReady(wctx, ctx context.Context, w watch.Interface, name string) (*corev1.Pod, error) {
+	var last *corev1.Pod
+	events := w.ResultChan()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				// The API server ends watches now and then: read the pod
+				// and watch again.
+				p, err := c.opts.Client.CoreV1().Pods(c.opts.Namespace).Get(wctx, name, metav1.GetOptions{})
+				if err == nil {
+					last = p
+					if done, res, err := judgeStart(p); done {
+						return res, err
+					}
+				}
+				nw, err := c.watch(wctx, name)
+				if err != nil {
+					return nil, c.notReady(wctx, ctx, name, last)
+				}
+				defer nw.Stop()
+				events = nw.ResultChan()
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Name != name {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				return nil, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s was deleted before it was Ready", name)}
+			}
+			last = p
+			if done, res, err := judgeStart(p); done {
+				return res, err
+			}
+		case <-wctx.Done():
+			return nil, c.notReady(wctx, ctx, name, last)
+		}
+	}
+}
+
+// judgeStart says whether the pod's start is over: Ready (the pod), or
+// failed for good (an error naming why).
+func judgeStart(p *corev1.Pod) (bool, *corev1.Pod, error) {
+	switch {
+	case kube.IsReady(p):
+		return true, p, nil
+	case kube.IsFinished(p) || p.DeletionTimestamp != nil:
+		return true, nil, &api.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("tool pod %s failed before it was Ready: %s", p.Name, kube.ToolWaiting(p))}
+	}
+	return false, nil, nil
+}
+
+// notReady is the error when the wait ended without a Ready pod.
+func (c *Caller) notReady(wctx, ctx context.Context, name string, last *corev1.Pod) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	what := "its creation to be seen"
+	if last != nil {
+		what = kube.ToolWaiting(last)
+	}
+	return &api.Error{Status: http.StatusGatewayTimeout,
+		Msg: fmt.Sprintf("tool pod %s was not Ready within %s (scheduling and image pull), waiting for: %s; the pod is deleted",
+			name, c.opts.ReadyTimeout, what)}
+}
+
+// send posts the call to the pod's runner and reads its answer.
+func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (api.CallResult, error) {
+	body, err := api.EncodeCall(api.CallWire(call))
+	if err != nil {
+		return api.CallResult{}, err
+	}
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(c.opts.Pod.RunnerPort)))
+	rctx, cancel := context.WithTimeout(ctx, call.Timeout+runSlack)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+"/v1/call", bytes.NewReader(body))
+	if err != nil {
+		return api.CallResult{}, fmt.Errorf("build runner request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return api.CallResult{}, ctx.Err()
+		}
+		return c.verdict(pod.Name, start, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		return api.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: errorBody(resp)}
+	default:
+		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("tool pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, errorBody(resp))}
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return api.CallResult{}, ctx.Err()
+		}
+		return c.verdict(pod.Name, start, fmt.Errorf("read runner answer: %w", err))
+	}
+	if len(b) > maxAnswer {
+		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is over %d bytes", pod.Name, maxAnswer)}
+	}
+	var res api.CallResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is not a call result: %v", pod.Name, err)}
+	}
+	return res, nil
+}
+
+// verdict explains a call whose connection broke, from the pod's status: an
+// out-of-memory kill is a result (exit 137, oom_killed), anything else a 502.
+func (c *Caller) verdict(name string, start time.Time, cause error) (api.CallResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var d kube.Death
+	for ctx.Err() == nil {
+		p, err := c.opts.Client.CoreV1().Pods(c.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+		d = kube.DeathOf(p, apierrors.IsNotFound(err))
+		if err != nil && !apierrors.IsNotFound(err) {
+			d = kube.Death{}
+		}
+		if d.Dead {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if d.OOMKilled {
+		return api.CallResult{
+			SandboxID:  name,
+			Result:     json.RawMessage("null"),
+			Stderr:     "sandbox: the call exceeded the tool pod's memory limit (" + kube.ToolMemory + ") and the pod was killed (out of memory)\n",
+			ExitCode:   137,
+			DurationMS: time.Since(start).Milliseconds(),
+			OOMKilled:  true,
+		}, nil
+	}
+	why := cause.Error()
+	if d.Dead {
+		why = d.Reason
+	}
+	return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: lost the runner during the call: %s", name, why)}
+}
+
+// errorBody reads a runner's {"error": ...} answer, or a piece of it.
+func errorBody(resp *http.Response) string {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	var eb api.ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+		return eb.Error
+	}
+	if len(b) == 0 {
+		return resp.Status
+	}
+	return string(b)
+}
