@@ -15,6 +15,7 @@ import (
 	"net"
 	"path"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/pool"
 )
@@ -62,6 +64,12 @@ type Options struct {
 	RuntimeClass   string   // runtimeClassName of sandbox pods, e.g. gvisor
 	PodCPURequest  string   // CPU request of sandbox pods ("" = their 1-CPU limit)
 	APIServerCIDRs []string // where the service may reach the API server
+	// ToolImages is the allow list of tool-call images; empty leaves
+	// /v1/call off.
+	ToolImages []string
+	// NoToolInternet leaves tool pods DNS only (the default gives them the
+	// internet, never private ranges).
+	NoToolInternet bool
 }
 
 func (o *Options) defaults() error {
@@ -95,6 +103,9 @@ func (o *Options) defaults() error {
 		if _, _, err := net.ParseCIDR(c); err != nil {
 			return fmt.Errorf("api server CIDR: %w", err)
 		}
+	}
+	if err := api.ValidateImagePatterns(o.ToolImages); err != nil {
+		return err
 	}
 	return nil
 }
@@ -234,10 +245,12 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 		}
 		c.Image = o.Image
 		set := map[string]string{
-			"SANDBOX_IMAGE":           o.Image,
-			"SANDBOX_POOL_SIZE":       strconv.Itoa(o.PoolSize),
-			"SANDBOX_RUNTIME_CLASS":   o.RuntimeClass,
-			"SANDBOX_POD_CPU_REQUEST": o.PodCPURequest,
+			"SANDBOX_IMAGE":                o.Image,
+			"SANDBOX_POOL_SIZE":            strconv.Itoa(o.PoolSize),
+			"SANDBOX_RUNTIME_CLASS":        o.RuntimeClass,
+			"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
+			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ","),
+			"SANDBOX_TOOL_INTERNET_EGRESS": strconv.FormatBool(!o.NoToolInternet),
 		}
 		for j := range c.Env {
 			if v, ok := set[c.Env[j].Name]; ok {

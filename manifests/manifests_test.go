@@ -54,6 +54,7 @@ func TestKinds(t *testing.T) {
 	want := []string{
 		"Deployment/sandbox", "Namespace/sandbox",
 		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-serve",
+		"NetworkPolicy/sandbox-tool", "NetworkPolicy/sandbox-tool-internet",
 		"PodDisruptionBudget/sandbox", "Role/sandbox", "RoleBinding/sandbox", "Service/sandbox", "ServiceAccount/sandbox",
 	}
 	if !slices.Equal(got, want) {
@@ -332,7 +333,9 @@ func TestNetworkPolicies(t *testing.T) {
 	if !selects(serve.Spec.PodSelector.MatchLabels, serveLabels) || selects(serve.Spec.PodSelector.MatchLabels, runnerLabels) {
 		t.Errorf("sandbox-serve selects %v", serve.Spec.PodSelector.MatchLabels)
 	}
-	if len(serve.Spec.Egress) != 2 || !selects(serve.Spec.Egress[1].To[0].PodSelector.MatchLabels, runnerLabels) {
+	toolLabels := kube.ToolPod(kube.ToolPodOptions{Namespace: "sandbox", Image: "x", SandboxImage: "y", Owner: kube.Owner{Name: "o"}}, "p", kube.MinUID).Labels
+	if len(serve.Spec.Egress) != 3 || !selects(serve.Spec.Egress[1].To[0].PodSelector.MatchLabels, runnerLabels) ||
+		!selects(serve.Spec.Egress[2].To[0].PodSelector.MatchLabels, toolLabels) {
 		t.Errorf("serve egress %+v", serve.Spec.Egress)
 	}
 }

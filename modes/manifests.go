@@ -15,6 +15,8 @@ type ManifestsCmd struct {
 	RuntimeClass   string   `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
 	PodCPURequest  string   `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
 	APIServerCIDRs []string `name:"api-server-cidr" default:"${api_server_cidrs}" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
+	ToolImages     []string `name:"tool-images" sep:"," placeholder:"IMAGE" help:"Images tool calls (POST /v1/call) may run: exact, or prefixes ending in / or *. Empty: /v1/call is off."`
+	ToolInternet   bool     `name:"tool-internet-egress" default:"true" negatable:"" help:"Tool pods may reach the internet, never private ranges or metadata (--no-tool-internet-egress: DNS only)."`
 }
 
 // Run renders and prints the manifests.
@@ -26,6 +28,8 @@ func (c *ManifestsCmd) Run(d *Deps) error {
 		RuntimeClass:   c.RuntimeClass,
 		PodCPURequest:  c.PodCPURequest,
 		APIServerCIDRs: c.APIServerCIDRs,
+		ToolImages:     c.ToolImages,
+		NoToolInternet: !c.ToolInternet,
 	})
 	if err != nil {
 		return fmt.Errorf("render manifests: %w", err)
