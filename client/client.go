@@ -157,3 +157,18 @@ func IsTemporary(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Temporary()
 }
+
+// Call runs a tool function in a one-use pod of req.Image and returns the
+// service's answer: the function's value in Result, or what it raised in
+// Error. As with Execute, the error is for calls that did not run.
+func (c *Client) Call(ctx context.Context, req api.CallRequest) (api.CallResult, error) {
+	body, err := api.EncodeCall(req)
+	if err != nil {
+		return api.CallResult{}, err
+	}
+	var res api.CallResult
+	if err := c.do(ctx, http.MethodPost, "/v1/call", body, &res); err != nil {
+		return api.CallResult{}, err
+	}
+	return res, nil
+}

@@ -27,19 +27,27 @@ type ExecCmd struct {
 	URL     string        `env:"SANDBOX_URL" default:"http://${listen}" help:"Base URL of the sandbox service."`
 	Code    string        `short:"c" help:"Python code to run."`
 	Source  string        `arg:"" optional:"" name:"file" help:"File holding the code to run; - reads standard input."`
-	Timeout time.Duration `default:"${timeout}" help:"Time limit of the snippet (whole seconds, at most ${max_timeout})."`
+	Timeout time.Duration `help:"Time limit of the snippet (whole seconds, at most ${max_timeout}; default ${timeout}), or of the --call (at most ${max_call_timeout}; default ${call_timeout})."`
 	Files   []string      `name:"file" short:"f" sep:"none" placeholder:"PATH[=LOCAL]" help:"Input file put at PATH in the sandbox's working directory, read from LOCAL (default: PATH). Repeatable."`
 	JSON    bool          `name:"json" help:"Print the result as JSON and exit 0 when the snippet ran, whatever its exit code."`
+
+	CallFlags `embed:"" group:"tool calls"`
 }
 
 // Validate checks that exactly one source of code is given.
 func (c *ExecCmd) Validate() error {
+	if c.Function != "" {
+		return c.validateCall()
+	}
+	if c.Image != "" || c.Args != "" || c.Kwargs != "" || len(c.Env) > 0 {
+		return errors.New("--image, --args, --kwargs and --env go with --call")
+	}
 	switch {
 	case c.Code != "" && c.Source != "":
 		return errors.New("give the code with -c or as a file, not both")
 	case c.Code == "" && c.Source == "":
 		return errors.New("no code: give -c CODE, a FILE, or - for standard input")
-	case c.Timeout < time.Second:
+	case c.Timeout != 0 && c.Timeout < time.Second:
 		return fmt.Errorf("--timeout %s: at least 1s", c.Timeout)
 	}
 	return nil
@@ -48,6 +56,9 @@ func (c *ExecCmd) Validate() error {
 // Run sends the snippet and passes on its output and exit code: the
 // snippet's own, 124 when it timed out, 125 when it did not run.
 func (c *ExecCmd) Run(d *Deps) error {
+	if c.Function != "" {
+		return c.runCall(d)
+	}
 	req, err := c.request(os.Stdin)
 	if err != nil {
 		return err
@@ -101,6 +112,9 @@ func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
 		code = string(b)
 	}
 	timeout := api.TimeoutS(c.Timeout)
+	if c.Timeout == 0 {
+		timeout = api.DefaultTimeoutS
+	}
 	req := api.ExecuteRequest{Code: code, TimeoutS: &timeout}
 	for _, spec := range c.Files {
 		dst, src, ok := strings.Cut(spec, "=")
