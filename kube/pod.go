@@ -35,6 +35,12 @@ const (
 	// handing out pods in their last RecycleMargin.
 	ActiveDeadlineSeconds = 3600
 
+	// DefaultPodPidsLimit is the process limit per pod the manifests assume
+	// of the cluster (the kubelet's podPidsLimit; the e2e cluster sets it):
+	// room for a snippet's ordinary use of processes and threads, small
+	// enough that a fork bomb stays a pod's problem.
+	DefaultPodPidsLimit = 1024
+
 	// ReadinessDelaySeconds holds a new pod out of the pool for its first
 	// seconds: a NetworkPolicy engine programs a new pod's rules shortly after
 	// it gets its IP (about a second on kube-router), and a pod must never
@@ -73,6 +79,10 @@ type PodOptions struct {
 	// whole CPU per warm pod, which a small node cannot hold: on a 2-CPU kind
 	// node only one sandbox pod fits beside the control plane.
 	CPURequest string
+	// PidsLimit is the kubelet's podPidsLimit on the nodes the pods run on
+	// (0: unknown). The runner keeps the snippet's process limit below it;
+	// a container cannot read its pod's limit itself.
+	PidsLimit int64
 
 	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. The restricted namespace refuses a
@@ -123,6 +133,9 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 		uid, gid, nonRoot, mountToken = 0, 0, false, true
 	}
 	args := []string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir}
+	if o.PidsLimit > 0 {
+		args = append(args, "--pod-pids-limit", strconv.FormatInt(o.PidsLimit, 10))
+	}
 	if o.Unsafe.Has(weaken.NeverReady) {
 		args[2] = ":" + strconv.Itoa(int(port)+1)
 	}

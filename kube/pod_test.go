@@ -147,7 +147,7 @@ func TestSnippetPodPosture(t *testing.T) {
 }
 
 func TestSnippetPodOptions(t *testing.T) {
-	pod := testPod(PodOptions{RuntimeClass: "gvisor", RunnerPort: 9000, Owner: Owner{Name: "laptop"}})
+	pod := testPod(PodOptions{RuntimeClass: "gvisor", RunnerPort: 9000, Owner: Owner{Name: "laptop"}, PidsLimit: 512})
 	if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != "gvisor" {
 		t.Errorf("runtimeClassName %v", pod.Spec.RuntimeClassName)
 	}
@@ -157,6 +157,9 @@ func TestSnippetPodOptions(t *testing.T) {
 	c := pod.Spec.Containers[0]
 	if c.Ports[0].ContainerPort != 9000 || c.Args[2] != ":9000" {
 		t.Errorf("port %d args %v", c.Ports[0].ContainerPort, c.Args)
+	}
+	if i := slices.Index(c.Args, "--pod-pids-limit"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "512" {
+		t.Errorf("args %v: the runner is not told the pod's process limit", c.Args)
 	}
 }
 

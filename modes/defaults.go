@@ -38,6 +38,7 @@ func vars() kong.Vars {
 		"pool_size":           strconv.Itoa(pool.DefaultSize),
 		"pool_wait":           seconds(pool.DefaultWait),
 		"runner_port":         strconv.Itoa(kube.DefaultRunnerPort),
+		"pod_pids_limit":      strconv.Itoa(kube.DefaultPodPidsLimit),
 		"workdir":             kube.Workdir,
 		"snippet_cpu":         kube.SnippetCPU,
 		"snippet_memory":      kube.SnippetMemory,

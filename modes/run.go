@@ -27,11 +27,12 @@ func (c *RunCmd) Run(d *Deps) error {
 	}
 	log := slog.New(slog.NewJSONHandler(d.Stderr, nil))
 	s, err := runner.New(runner.Options{
-		Listen:     c.Listen,
-		MaxTimeout: c.MaxTimeout,
-		SandboxID:  id,
-		Exec:       opts,
-		Logger:     log,
+		Listen:       c.Listen,
+		MaxTimeout:   c.MaxTimeout,
+		SandboxID:    id,
+		PodPidsLimit: c.PodPidsLimit,
+		Exec:         opts,
+		Logger:       log,
 	})
 	if err != nil {
 		return err

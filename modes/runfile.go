@@ -17,18 +17,19 @@ import (
 // RunCmd runs one snippet: from a file here (--code-file), or as the pod
 // entrypoint that takes exactly one job over HTTP and then exits.
 type RunCmd struct {
-	CodeFile    string        `name:"code-file" env:"SANDBOX_CODE_FILE" placeholder:"FILE" help:"Run this Python file here and print the result JSON (- reads standard input). Without it, serve one job over HTTP."`
-	Timeout     time.Duration `default:"${timeout}" env:"SANDBOX_TIMEOUT" help:"Timeout of a --code-file snippet."`
-	MaxTimeout  time.Duration `name:"max-timeout" default:"${max_timeout}" env:"SANDBOX_MAX_TIMEOUT" help:"Longest timeout a job may ask for."`
-	MaxOutput   int           `name:"max-output" default:"${max_output}" env:"SANDBOX_MAX_OUTPUT" help:"Bytes of stdout and of stderr kept (head and tail)."`
-	MemoryLimit int64         `name:"memory-limit" default:"0" env:"SANDBOX_MEMORY_LIMIT" help:"Cap the snippet's address space at this many bytes (0: only the cgroup's limit)."`
-	MaxProcs    int           `name:"max-procs" default:"0" env:"SANDBOX_MAX_PROCS" help:"RLIMIT_NPROC of the snippet (0: ${max_procs})."`
-	MaxFileSize int64         `name:"max-file-size" default:"0" env:"SANDBOX_MAX_FILE_SIZE" help:"Largest file the snippet may write, in bytes (0: ${max_file_size})."`
-	Workdir     string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, ${workdir} when serving)."`
-	Listen      string        `default:":${runner_port}" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
-	SandboxID   string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
-	Call        bool          `name:"call" help:"Tool pod entrypoint: serve one POST /v1/call instead, running the tool with the image's own python3 in the image's working directory (the default --workdir here)."`
-	Python      string        `name:"python" placeholder:"PATH" help:"With --call: the interpreter (default python3 from the image's PATH)."`
+	CodeFile     string        `name:"code-file" env:"SANDBOX_CODE_FILE" placeholder:"FILE" help:"Run this Python file here and print the result JSON (- reads standard input). Without it, serve one job over HTTP."`
+	Timeout      time.Duration `default:"${timeout}" env:"SANDBOX_TIMEOUT" help:"Timeout of a --code-file snippet."`
+	MaxTimeout   time.Duration `name:"max-timeout" default:"${max_timeout}" env:"SANDBOX_MAX_TIMEOUT" help:"Longest timeout a job may ask for."`
+	MaxOutput    int           `name:"max-output" default:"${max_output}" env:"SANDBOX_MAX_OUTPUT" help:"Bytes of stdout and of stderr kept (head and tail)."`
+	MemoryLimit  int64         `name:"memory-limit" default:"0" env:"SANDBOX_MEMORY_LIMIT" help:"Cap the snippet's address space at this many bytes (0: only the cgroup's limit)."`
+	MaxProcs     int           `name:"max-procs" default:"0" env:"SANDBOX_MAX_PROCS" help:"RLIMIT_NPROC of the snippet (0: ${max_procs})."`
+	PodPidsLimit int64         `name:"pod-pids-limit" default:"0" env:"SANDBOX_POD_PIDS_LIMIT" help:"The pod's process limit (the kubelet's podPidsLimit), which a container cannot read: the snippet's process limit stays below it, so that the runner keeps room (0: only the container's own pids.max)."`
+	MaxFileSize  int64         `name:"max-file-size" default:"0" env:"SANDBOX_MAX_FILE_SIZE" help:"Largest file the snippet may write, in bytes (0: ${max_file_size})."`
+	Workdir      string        `env:"SANDBOX_WORKDIR" placeholder:"DIR" help:"Working directory of the snippet (default: a fresh temporary directory with --code-file, ${workdir} when serving)."`
+	Listen       string        `default:":${runner_port}" env:"SANDBOX_LISTEN" help:"Address to serve the one job on."`
+	SandboxID    string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
+	Call         bool          `name:"call" help:"Tool pod entrypoint: serve one POST /v1/call instead, running the tool with the image's own python3 in the image's working directory (the default --workdir here)."`
+	Python       string        `name:"python" placeholder:"PATH" help:"With --call: the interpreter (default python3 from the image's PATH)."`
 
 	Isolation string `enum:"${isolations}" default:"${isolation}" env:"SANDBOX_ISOLATION" help:"As root, a --code-file snippet runs isolated (its own uid, namespaces, read-only host, private /tmp, cgroups): auto and strict refuse to run it as root any other way; none runs it as a plain process, as root."`
 

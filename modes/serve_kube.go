@@ -26,6 +26,7 @@ type KubeFlags struct {
 	PoolWait     time.Duration `name:"pool-wait" default:"${pool_wait}" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
 	RuntimeClass string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
 	RunnerPort   int           `name:"runner-port" default:"${runner_port}" help:"Port of the runner in sandbox pods."`
+	PodPidsLimit int64         `name:"pod-pids-limit" default:"${pod_pids_limit}" env:"SANDBOX_POD_PIDS_LIMIT" help:"The kubelet's podPidsLimit where sandbox pods run: their runner keeps the snippet's process limit below it (0: unknown, trust the container's own limit)."`
 	CPURequest   string        `name:"pod-cpu-request" env:"SANDBOX_POD_CPU_REQUEST" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes so the warm pool fits."`
 	PodName      string        `name:"pod-name" env:"POD_NAME" help:"This serve pod's name (downward API): the owner of the sandbox pods (default: the host name)."`
 	PodUID       string        `name:"pod-uid" env:"POD_UID" help:"This serve pod's UID (downward API): sandbox pods get an ownerReference to it."`
@@ -85,6 +86,7 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 			RunnerPort:   int32(f.RunnerPort),
 			Owner:        owner,
 			CPURequest:   f.CPURequest,
+			PidsLimit:    f.PodPidsLimit,
 			Unsafe:       unsafe,
 		},
 		Size:   f.PoolSize,

@@ -36,3 +36,16 @@ func TestProcBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestPodPidsLimitLowersTheBudget: the pod's limit, which the container
+// cannot read, bounds the snippet below it with the reserve kept.
+func TestPodPidsLimitLowersTheBudget(t *testing.T) {
+	s, err := New(Options{Listen: "127.0.0.1:0", PodPidsLimit: 200, Exec: exec.Options{Dir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.ln.Close()
+	if got, want := s.opts.Exec.MaxProcs, 200-runnerReserve; got != want {
+		t.Fatalf("snippet RLIMIT_NPROC %d, want %d", got, want)
+	}
+}

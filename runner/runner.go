@@ -33,6 +33,10 @@ type Options struct {
 	// Exec is passed to exec.Run; Exec.Dir is the working directory (the
 	// pod's emptyDir).
 	Exec exec.Options
+	// PodPidsLimit is the pod's process limit, when known: the kubelet sets
+	// it on the pod's cgroup, above the container's, where the runner cannot
+	// read it. 0 leaves only the container's own pids.max.
+	PodPidsLimit int64
 	// Logger gets one line per execution; nil discards.
 	Logger *slog.Logger
 	// Call makes this a tool pod's runner: it takes one POST /v1/call
@@ -76,6 +80,9 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	pidsMax := exec.PidsLimit()
+	if p := opts.PodPidsLimit; p > 0 && (pidsMax == 0 || p < pidsMax) {
+		pidsMax = p
+	}
 	procs, err := procBudget(opts.Exec.MaxProcs, pidsMax)
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)

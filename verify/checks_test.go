@@ -620,18 +620,25 @@ func TestJudgeProcessLimit(t *testing.T) {
 	line := func(pids string, nproc int) *answer {
 		return treeAnswer(fmt.Sprintf(`{"probe": "bomb-limits", "pids_max": %q, "rlimit_nproc": %d}`+"\n", pids, nproc), "", -1, true, 5000)
 	}
+	unknown := errors.New("forbidden")
 	for _, tc := range []struct {
-		name string
-		a    *answer
-		want Status
+		name    string
+		a       *answer
+		kubelet map[string]int64
+		kerr    error
+		want    Status
 	}{
-		{"reserve below the pod limit", line("1024", 960), Pass},
-		{"no pod limit", line("max", 1024), Fail},
-		{"snippet may take the whole pod", line("1024", 1024), Fail},
-		{"no limits line", treeAnswer("", "", -1, true, 5000), Fail},
+		{"kubelet limit with the reserve kept", line("max", 960), map[string]int64{"n1": 1024}, nil, Pass},
+		{"the smallest node limit counts", line("max", 960), map[string]int64{"n1": 4096, "n2": 900}, nil, Fail},
+		{"no kubelet limit", line("max", 1024), map[string]int64{"n1": -1}, nil, Fail},
+		{"snippet may take the whole pod", line("max", 1024), map[string]int64{"n1": 1024}, nil, Fail},
+		{"inside view: reserve below pids.max", line("1024", 960), nil, unknown, Pass},
+		{"inside view: no pod limit", line("max", 1024), nil, unknown, Fail},
+		{"inside view: snippet may take the whole pod", line("1024", 1024), nil, unknown, Fail},
+		{"no limits line", treeAnswer("", "", -1, true, 5000), map[string]int64{"n1": 1024}, nil, Fail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := judgeProcessLimit(tc.a, nil); got.Status != tc.want {
+			if got := judgeProcessLimit(tc.a, nil, tc.kubelet, tc.kerr); got.Status != tc.want {
 				t.Errorf("status %s, want %s: %s", got.Status, tc.want, got.Evidence)
 			}
 		})

@@ -3,12 +3,16 @@ package verify
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidwall/gjson"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandbox/api"
 )
@@ -304,7 +308,35 @@ print(json.dumps({"probe": "fork", "forked": len(pids), "cap": %d, "error": err,
 	waited := e.waitWarm(ctx)
 	a, err = e.execute(ctx, forkBombCode, bombTimeoutS)
 	out = append(out, judgeForkBombAnswer(a, err, waited))
-	return append(out, judgeProcessLimit(a, err))
+	limits, lerr := e.kubeletPidsLimits(ctx)
+	return append(out, judgeProcessLimit(a, err, limits, lerr))
+}
+
+// kubeletPidsLimits reads each node's podPidsLimit from its kubelet's
+// configz, through the API server's node proxy: the pod's process limit
+// sits on the pod's cgroup, which a container cannot see from inside (it
+// sees its own, often unlimited, one).
+func (e *env) kubeletPidsLimits(ctx context.Context) (map[string]int64, error) {
+	if e.cs == nil {
+		return nil, errors.New("no cluster to ask")
+	}
+	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	out := map[string]int64{}
+	for _, n := range nodes.Items {
+		b, err := e.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "configz").DoRaw(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("kubelet configz of node %s: %w", n.Name, err)
+		}
+		v := gjson.GetBytes(b, "kubeletconfig.podPidsLimit")
+		if !v.Exists() {
+			return nil, fmt.Errorf("kubelet configz of node %s has no podPidsLimit", n.Name)
+		}
+		out[n.Name] = v.Int()
+	}
+	return out, nil
 }
 
 // forkBombCode reports the limits it sees, then forks without end.
@@ -354,24 +386,42 @@ func judgeForkBombAnswer(a *answer, err error, waited string) Result {
 	return result(name, "21", Pass, "%s", ev)
 }
 
-// judgeProcessLimit reports the pod's process limit the bomb saw, and that
-// the snippet's own limit leaves the runner room below it.
-func judgeProcessLimit(a *answer, err error) Result {
+// judgeProcessLimit reports the pod's process limit, and that the
+// snippet's own limit leaves the runner room below it. The limit is the
+// kubelet's podPidsLimit where the API server lets verify read it (the
+// smallest over the nodes), else the pids.max the bomb saw from inside.
+func judgeProcessLimit(a *answer, err error, kubelet map[string]int64, kerr error) Result {
 	const name = "runner/process-limit"
 	line, perr := snippetJSON(a, err, "bomb-limits")
 	if perr != nil {
 		return result(name, "21", Fail, "%v", perr)
 	}
 	pids, nproc := line.Get("pids_max").String(), line.Get("rlimit_nproc").Int()
+	if kerr == nil && len(kubelet) > 0 {
+		node, limit := "", int64(0)
+		for n, l := range kubelet {
+			if node == "" || l < limit {
+				node, limit = n, l
+			}
+		}
+		switch {
+		case limit <= 0:
+			return result(name, "21", Fail, "node %s: the kubelet sets no podPidsLimit (%d), so a fork bomb is bounded only by the snippet's RLIMIT_NPROC %d and the node; set podPidsLimit", node, limit, nproc)
+		case nproc <= 0 || nproc >= limit:
+			return result(name, "21", Fail, "the snippet's RLIMIT_NPROC %d leaves the runner no room below node %s's podPidsLimit %d", nproc, node, limit)
+		}
+		return result(name, "21", Pass, "podPidsLimit %d (kubelet of node %s; the container sees pids.max %s), the snippet's RLIMIT_NPROC %d: %d tasks kept for the runner",
+			limit, node, pids, nproc, limit-nproc)
+	}
 	max, perr := strconv.ParseInt(pids, 10, 64)
 	switch {
 	case perr != nil:
-		return result(name, "21", Fail, "pids.max %q: no process limit on the sandbox pod, so a fork bomb is bounded only by RLIMIT_NPROC %d, "+
-			"shared with the runner; set the kubelet's podPidsLimit", pids, nproc)
+		return result(name, "21", Fail, "pids.max %q and the kubelet's podPidsLimit unknown (%v): no process limit seen, so a fork bomb is bounded only by RLIMIT_NPROC %d, "+
+			"shared with the runner; set the kubelet's podPidsLimit", pids, kerr, nproc)
 	case nproc <= 0 || nproc >= max:
-		return result(name, "21", Fail, "RLIMIT_NPROC %d leaves the runner no room below pids.max %d", nproc, max)
+		return result(name, "21", Fail, "RLIMIT_NPROC %d leaves the runner no room below pids.max %d (the kubelet's podPidsLimit unknown: %v)", nproc, max, kerr)
 	}
-	return result(name, "21", Pass, "pids.max %d (the pod's process limit), the snippet's RLIMIT_NPROC %d: %d tasks kept for the runner", max, nproc, max-nproc)
+	return result(name, "21", Pass, "pids.max %d seen inside the pod (the kubelet's podPidsLimit unknown: %v), the snippet's RLIMIT_NPROC %d: %d tasks kept for the runner", max, kerr, nproc, max-nproc)
 }
 
 func judgeFork(a *answer, err error) Result {

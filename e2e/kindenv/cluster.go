@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+
+	"github.com/sandboxd/sandbox/kube"
 )
 
 const (
@@ -20,10 +22,6 @@ const (
 	// PodSubnet must match the host-local range in e2e/node/10-ptp.conflist,
 	// which is baked into the node image (single node only).
 	PodSubnet = "10.244.0.0/16"
-	// PodPidsLimit caps processes per pod, so a fork bomb in a snippet is
-	// contained in its pod instead of exhausting the node. 1024 leaves a
-	// Python program plenty of threads and subprocesses.
-	PodPidsLimit = 1024
 )
 
 // Cluster is one kind cluster driven through the kind library.
@@ -56,7 +54,7 @@ func (c *Cluster) Exists() (bool, error) {
 // the pod range our baked CNI config serves, and kubelet settings.
 func (c *Cluster) config(cgroupV1 bool) *v1alpha4.Cluster {
 	kubelet := "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n" +
-		fmt.Sprintf("podPidsLimit: %d\n", PodPidsLimit)
+		fmt.Sprintf("podPidsLimit: %d\n", kube.DefaultPodPidsLimit)
 	if cgroupV1 {
 		// Kubernetes 1.35+ refuses cgroup v1 unless told otherwise.
 		kubelet += "failCgroupV1: false\n"
