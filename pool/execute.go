@@ -51,7 +51,11 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 		p.m.claimWait.Observe(time.Since(start).Seconds())
 		if err != nil {
 			if lastErr != nil && errors.Is(err, api.ErrNoCapacity) {
-				break // say what went wrong with the pods we had
+				// Nothing ran, and the wait is over: the documented 503,
+				// which a client may retry, as for any request that found
+				// no pod in time. What went wrong with the pods we had is
+				// the operator's to read.
+				p.log.Warn("pool wait ran out after the claimed pods' runners could not be reached", "err", lastErr)
 			}
 			return exec.Result{}, err
 		}

@@ -327,6 +327,24 @@ func TestCleanRunnerExitIsNotADeath(t *testing.T) {
 	}
 }
 
+// TestUnreachableRunnerThenEmptyPoolIs503: the one warm pod's runner
+// refuses the job and no other pod gets Ready within the wait. Nothing ran,
+// so the answer is the documented, retryable 503, not a 502.
+func TestUnreachableRunnerThenEmptyPoolIs503(t *testing.T) {
+	dial, _ := refusingDialer(1 << 30)
+	e := newEnv(t, nil, func(o *Options) { o.Dialer = dial; o.Wait = 300 * time.Millisecond })
+	e.autoReady.Store(false)
+	e.start()
+	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
+	e.updatePod(e.pods()[0].Name, setReady)
+	e.waitWarm(1)
+	_, err := e.execute("x")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae != api.ErrNoCapacity {
+		t.Fatalf("err = %v, want the documented 503 (api.ErrNoCapacity)", err)
+	}
+}
+
 func TestUnreachableRunnerMovesToNextPod(t *testing.T) {
 	dial, calls := refusingDialer(1)
 	e := newEnv(t, nil, func(o *Options) { o.Dialer = dial }).start()
