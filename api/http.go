@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -79,4 +80,19 @@ func AsError(err error) (*Error, bool) {
 		return ae, true
 	}
 	return nil, false
+}
+
+// ErrorOf reads a non-2xx answer's {"error": ...} message, or the first
+// few KiB of whatever else it holds, or its status line when it is empty:
+// what a client of a runner or of the service reports as the cause.
+func ErrorOf(resp *http.Response) string {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	var eb ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+		return eb.Error
+	}
+	if len(b) == 0 {
+		return resp.Status
+	}
+	return string(b)
 }

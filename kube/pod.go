@@ -187,18 +187,9 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 					{Name: "HOME", Value: Workdir},
 					{Name: "TMPDIR", Value: "/tmp"},
 				},
-				Ports: []corev1.ContainerPort{{Name: RunnerPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-						Path: "/readyz", Port: intstrName(RunnerPortName),
-					}},
-					InitialDelaySeconds: ReadinessDelaySeconds,
-					PeriodSeconds:       1,
-					TimeoutSeconds:      1,
-					SuccessThreshold:    1,
-					FailureThreshold:    1,
-				},
-				Resources: corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
+				Ports:          []corev1.ContainerPort{{Name: RunnerPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+				ReadinessProbe: runnerReadiness(),
+				Resources:      corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot:             &nonRoot,
 					RunAsUser:                &uid,
@@ -265,4 +256,20 @@ func requests(limits corev1.ResourceList, cpu string) corev1.ResourceList {
 		r[corev1.ResourceCPU] = q
 	}
 	return r
+}
+
+// runnerReadiness is the probe of a sandbox pod's runner, snippet or tool:
+// Ready only after ReadinessDelaySeconds, so that the pod's NetworkPolicy is
+// in force before anything is sent to it, then at once.
+func runnerReadiness() *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/readyz", Port: intstrName(RunnerPortName),
+		}},
+		InitialDelaySeconds: ReadinessDelaySeconds,
+		PeriodSeconds:       1,
+		TimeoutSeconds:      1,
+		SuccessThreshold:    1,
+		FailureThreshold:    1,
+	}
 }

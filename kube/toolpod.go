@@ -162,18 +162,8 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 				Command: []string{bin},
 				Args:    args,
 				Ports:   []corev1.ContainerPort{{Name: RunnerPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-						Path: "/readyz", Port: intstrName(RunnerPortName),
-					}},
-					// The NetworkPolicy must be in force before the call,
-					// which is sent only once the pod is Ready.
-					InitialDelaySeconds: ReadinessDelaySeconds,
-					PeriodSeconds:       1,
-					TimeoutSeconds:      1,
-					SuccessThreshold:    1,
-					FailureThreshold:    1,
-				},
+				// The call is sent only once the pod is Ready.
+				ReadinessProbe:  runnerReadiness(),
 				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
 				SecurityContext: sc(),
 				VolumeMounts: []corev1.VolumeMount{

@@ -118,12 +118,12 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable:
 		// The runner refused the job (already used, not ready): nothing ran.
-		return exec.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", errorBody(resp))}
+		return exec.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", api.ErrorOf(resp))}
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return exec.Result{}, &api.Error{Status: resp.StatusCode, Msg: errorBody(resp)}
+		return exec.Result{}, &api.Error{Status: resp.StatusCode, Msg: api.ErrorOf(resp)}
 	default:
 		return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
-			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, errorBody(resp))}
+			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, api.ErrorOf(resp))}
 	}
 	var res exec.Result
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResultBytes)).Decode(&res); err != nil {
@@ -180,19 +180,6 @@ func (p *Pool) watchRun(ctx context.Context, name string, died context.CancelCau
 		close(done)
 		wg.Wait()
 	}
-}
-
-// errorBody reads a runner's {"error": ...} answer, or a snippet of it.
-func errorBody(resp *http.Response) string {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	var eb api.ErrorBody
-	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
-		return eb.Error
-	}
-	if len(b) == 0 {
-		return resp.Status
-	}
-	return string(b)
 }
 
 // verdict explains a run whose connection broke: it waits (on informer

@@ -203,10 +203,10 @@ func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (api.
 	switch {
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return api.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: errorBody(resp)}
+		return api.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: api.ErrorOf(resp)}
 	default:
 		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway,
-			Msg: fmt.Sprintf("tool pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, errorBody(resp))}
+			Msg: fmt.Sprintf("tool pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, api.ErrorOf(resp))}
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
@@ -260,17 +260,4 @@ func (c *Caller) verdict(name string, start time.Time, cause error) (api.CallRes
 		why = d.Reason
 	}
 	return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: lost the runner during the call: %s", name, why)}
-}
-
-// errorBody reads a runner's {"error": ...} answer, or a piece of it.
-func errorBody(resp *http.Response) string {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	var eb api.ErrorBody
-	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
-		return eb.Error
-	}
-	if len(b) == 0 {
-		return resp.Status
-	}
-	return string(b)
 }
