@@ -143,23 +143,68 @@ func writeSnippet(code string, owner *[2]int) (string, error) {
 	return f.Name(), nil
 }
 
-// start runs the prepared child to completion and builds the Result. job is
-// set for an isolated run, whose init gets it.
+// start runs the prepared child to completion and builds the Result, in
+// four steps: spawn it, wait for it and kill what is left, collect its
+// output, and classify how it ended. job is set for an isolated run, whose
+// init gets it.
 func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, job *Job) (Result, error) {
+	c, err := spawn(opts, python, args, env, job)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.sb != nil {
+		// Runs after the sweep: the cgroups are empty by then.
+		defer c.sb.close()
+	}
+	end := c.waitAndKill(ctx, timeout, opts)
+	res := c.collect(end)
+	if end.setupErr != nil {
+		return Result{}, end.setupErr
+	}
+	if err := classify(&res, c, end, opts, timeout); err != nil {
+		return res, err
+	}
+	if end.cancelled {
+		return res, fmt.Errorf("run cancelled: %w", context.Cause(ctx))
+	}
+	if end.killErr != nil {
+		return res, fmt.Errorf("run: %w", end.killErr)
+	}
+	return res, nil
+}
+
+// child is a started run: its process, its output being drained, and what
+// classify needs to judge its end.
+type child struct {
+	cmd            *osexec.Cmd
+	pid            int
+	sb             *sandboxStart
+	outR, errR     *os.File
+	stdout, stderr *boundedBuffer
+	readers        sync.WaitGroup
+	waited         chan error
+	cgDir          string
+	cgV2           bool
+	oomBefore      int64
+}
+
+// spawn starts the child with its output on pipes being drained, and
+// registers it as a live run.
+func spawn(opts Options, python string, args, env []string, job *Job) (*child, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return Result{}, fmt.Errorf("run: %w", err)
+		return nil, fmt.Errorf("run: %w", err)
 	}
 	defer devnull.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return Result{}, fmt.Errorf("run: %w", err)
+		return nil, fmt.Errorf("run: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return Result{}, fmt.Errorf("run: %w", err)
+		return nil, fmt.Errorf("run: %w", err)
 	}
 	// Pipes rather than io.Writers: os/exec would wait for the copying to
 	// end, which a background process holding the pipe can postpone; this
@@ -184,21 +229,19 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	var sb *sandboxStart
+	c := &child{cmd: cmd, outR: outR, errR: errR}
 	if opts.Sandbox != nil {
-		sb, err = prepareSandbox(cmd, opts, python, args, env, job)
+		c.sb, err = prepareSandbox(cmd, opts, python, args, env, job)
 		if err != nil {
 			outR.Close()
 			outW.Close()
 			errR.Close()
 			errW.Close()
-			return Result{}, err
+			return nil, err
 		}
-		// Runs after the sweep below: the cgroups are empty by then.
-		defer sb.close()
 	}
-	cgDir, cgV2 := memCgroup()
-	oomBefore := oomKills(cgDir, cgV2)
+	c.cgDir, c.cgV2 = memCgroup()
+	c.oomBefore = oomKills(c.cgDir, c.cgV2)
 
 	live.Lock()
 	err = cmd.Start()
@@ -208,95 +251,116 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 	live.Unlock()
 	outW.Close()
 	errW.Close()
-	if sb != nil {
-		sb.started()
+	if c.sb != nil {
+		c.sb.started()
 	}
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return Result{}, fmt.Errorf("run: start %s: %w", cmd.Path, err)
+		if c.sb != nil {
+			c.sb.close()
+		}
+		return nil, fmt.Errorf("run: start %s: %w", cmd.Path, err)
 	}
-	pid := cmd.Process.Pid
+	c.pid = cmd.Process.Pid
 
 	max := opts.maxOutput()
-	stdout, stderr := newBoundedBuffer(max), newBoundedBuffer(max)
-	var readers sync.WaitGroup
-	readers.Go(func() { drain(outR, stdout) })
-	readers.Go(func() { drain(errR, stderr) })
+	c.stdout, c.stderr = newBoundedBuffer(max), newBoundedBuffer(max)
+	c.readers.Go(func() { drain(outR, c.stdout) })
+	c.readers.Go(func() { drain(errR, c.stderr) })
 
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }() // owned here: every path below receives from waited
+	c.waited = make(chan error, 1)
+	go func() { c.waited <- cmd.Wait() }() // owned by waitAndKill, which receives on every path
+	return c, nil
+}
 
+// ending is how a run ended, as waitAndKill saw it.
+type ending struct {
+	waitErr             error // from cmd.Wait
+	setupErr            error // an isolated run's set-up failed: nothing ran
+	timedOut, cancelled bool
+	killErr             error
+	duration            time.Duration
+}
+
+// waitAndKill waits for the child's exit, its deadline or ctx; kills the
+// whole run at the deadline; and, whatever happened, sweeps every process
+// the run left, so that the pipes close.
+func (c *child) waitAndKill(ctx context.Context, timeout time.Duration, opts Options) ending {
+	var end ending
 	// An isolated run's timeout starts when its code can: the init's set-up
 	// (mounts, files, cgroups) is bounded on its own.
-	var setupErr error
-	if sb != nil {
-		setupErr = sb.handshake(ctx, pid)
+	if c.sb != nil {
+		end.setupErr = c.sb.handshake(ctx, c.pid)
 	}
 	began := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var timedOut, cancelled bool
-	var killErr error
-	if setupErr == nil {
+	if end.setupErr == nil {
 		select {
-		case err = <-waited:
+		case end.waitErr = <-c.waited:
 		case <-timer.C:
-			timedOut = true
+			end.timedOut = true
 		case <-ctx.Done():
-			cancelled = true
+			end.cancelled = true
 		}
 	}
 	switch {
-	case setupErr != nil:
-		killErr = killRun(pid)
-		err = <-waited
-	case (timedOut || cancelled) && opts.UnsafeKillLeaderOnly:
-		killErr = cmd.Process.Kill()
-		err = <-waited
-	case timedOut || cancelled:
-		if sb != nil {
-			sb.cg.hurry()
+	case end.setupErr != nil:
+		end.killErr = killRun(c.pid)
+		end.waitErr = <-c.waited
+	case (end.timedOut || end.cancelled) && opts.UnsafeKillLeaderOnly:
+		end.killErr = c.cmd.Process.Kill()
+		end.waitErr = <-c.waited
+	case end.timedOut || end.cancelled:
+		if c.sb != nil {
+			c.sb.cg.hurry()
 		}
-		killErr = killRun(pid)
-		err = <-waited
+		end.killErr = killRun(c.pid)
+		end.waitErr = <-c.waited
 	}
-	duration := time.Since(began)
+	end.duration = time.Since(began)
 
 	live.Lock()
-	delete(live.pids, pid)
+	delete(live.pids, c.pid)
 	live.Unlock()
 	if !opts.UnsafeKillLeaderOnly {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
-		if e := sweep(sctx, 0); e != nil && killErr == nil {
-			killErr = e
+		if e := sweep(sctx, 0); e != nil && end.killErr == nil {
+			end.killErr = e
 		}
 		cancel()
 		// Everything that held the pipes is dead now; the deadline only
 		// guards against a writer the sweep could not reach.
 		deadline := time.Now().Add(drainTimeout)
-		outR.SetReadDeadline(deadline)
-		errR.SetReadDeadline(deadline)
+		c.outR.SetReadDeadline(deadline)
+		c.errR.SetReadDeadline(deadline)
 	}
-	readers.Wait()
-	outR.Close()
-	errR.Close()
-	if setupErr != nil {
-		return Result{}, setupErr
-	}
+	return end
+}
 
-	res := Result{
-		Stdout:          stdout.String("stdout"),
-		Stderr:          stderr.String("stderr"),
-		DurationMS:      duration.Milliseconds(),
-		StdoutTruncated: stdout.truncated(),
-		StderrTruncated: stderr.truncated(),
+// collect waits for the output to be drained and returns it as a Result.
+func (c *child) collect(end ending) Result {
+	c.readers.Wait()
+	c.outR.Close()
+	c.errR.Close()
+	return Result{
+		Stdout:          c.stdout.String("stdout"),
+		Stderr:          c.stderr.String("stderr"),
+		DurationMS:      end.duration.Milliseconds(),
+		StdoutTruncated: c.stdout.truncated(),
+		StderrTruncated: c.stderr.truncated(),
 	}
+}
+
+// classify fills in how the run ended: its exit code, a timeout, or an
+// out-of-memory death, from the kernel's own evidence where there is some.
+func classify(res *Result, c *child, end ending, opts Options, timeout time.Duration) error {
 	var ws syscall.WaitStatus
-	if cmd.ProcessState != nil {
-		ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
-	} else if err != nil {
-		return res, fmt.Errorf("run: wait: %w", err)
+	if c.cmd.ProcessState != nil {
+		ws, _ = c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	} else if end.waitErr != nil {
+		return fmt.Errorf("run: wait: %w", end.waitErr)
 	}
 	switch {
 	case ws.Exited():
@@ -305,17 +369,17 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 		res.ExitCode = 128 + int(ws.Signal())
 	}
 	switch {
-	case timedOut:
+	case end.timedOut:
 		res.ExitCode = -1
 		res.TimedOut = true
 		res.Stderr = appendLine(res.Stderr, "timed out after "+formatSeconds(timeout)+"\n")
-	case cancelled:
-	case sb != nil:
+	case end.cancelled:
+	case c.sb != nil:
 		// Only the kernel's own count: an exit code of 137 or a SIGKILL
 		// the run sent itself is no evidence.
-		if sb.cg.oomKills() > 0 {
+		if c.sb.cg.oomKills() > 0 {
 			res.OOMKilled = true
-			res.Stderr = appendLine(res.Stderr, oomLine(sb.cg.memoryLimit))
+			res.Stderr = appendLine(res.Stderr, oomLine(c.sb.cg.memoryLimit))
 		}
 	case opts.MemoryLimit > 0 && opts.Cloneflags&syscall.CLONE_NEWPID != 0 && ws.Exited() && ws.ExitStatus() == 137:
 		// The preamble's out-of-memory exit as a PID namespace's init,
@@ -324,20 +388,14 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 		res.Stderr = appendLine(res.Stderr, oomLine(opts.MemoryLimit))
 	case !ws.Signaled() || ws.Signal() != syscall.SIGKILL:
 		// Only a SIGKILL we did not send can be an out-of-memory death.
-	case oomBefore >= 0 && oomKills(cgDir, cgV2) > oomBefore:
+	case c.oomBefore >= 0 && oomKills(c.cgDir, c.cgV2) > c.oomBefore:
 		res.OOMKilled = true
-		res.Stderr = appendLine(res.Stderr, oomLine(cgroupMemoryLimit(cgDir, cgV2)))
+		res.Stderr = appendLine(res.Stderr, oomLine(cgroupMemoryLimit(c.cgDir, c.cgV2)))
 	case opts.MemoryLimit > 0:
 		res.OOMKilled = true
 		res.Stderr = appendLine(res.Stderr, oomLine(opts.MemoryLimit))
 	}
-	if cancelled {
-		return res, fmt.Errorf("run cancelled: %w", context.Cause(ctx))
-	}
-	if killErr != nil {
-		return res, fmt.Errorf("run: %w", killErr)
-	}
-	return res, nil
+	return nil
 }
 
 // isHostFault reports whether writing input files failed for a reason of the
