@@ -40,48 +40,20 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if opts.Sandbox != nil {
 		return runSandboxed(ctx, job, opts)
 	}
-	if opts.Dir == "" {
-		return Result{}, errors.New("run: no working directory")
-	}
-	// HOME and the child's cwd must not depend on ours.
-	dir, err := filepath.Abs(opts.Dir)
-	if err != nil {
-		return Result{}, fmt.Errorf("run: %w", err)
-	}
-	opts.Dir = dir
 	if err := checkFiles(job.Files); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
-	timeout := job.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	env := opts.Env
-	if env == nil {
-		env = DefaultEnv(opts.Dir)
-	}
-	python, err := findPython(opts.Python, env)
+	su, err := prepare(job, &opts)
 	if err != nil {
 		return Result{}, err
 	}
-	var owner *[2]int
-	if c := opts.Credential; c != nil {
-		owner = &[2]int{int(c.Uid), int(c.Gid)}
-	}
-	// The snippet lives outside the working directory, so that the
-	// snippet's own files are exactly Job.Files. A new file in TMPDIR, not a
-	// directory of its own: on ext4 a directory costs half a millisecond.
-	snippet, err := writeSnippet(job.Code, owner)
-	if err != nil {
-		return Result{}, err
-	}
-	defer os.Remove(snippet)
-	if owner != nil {
+	defer os.Remove(su.snippet)
+	if owner := su.owner; owner != nil {
 		if err := os.Lchown(opts.Dir, owner[0], owner[1]); err != nil {
 			return Result{}, fmt.Errorf("run: %w", err)
 		}
 	}
-	if err := writeFiles(opts.Dir, job.Files, owner); err != nil {
+	if err := writeFiles(opts.Dir, job.Files, su.owner); err != nil {
 		if isHostFault(err) {
 			return Result{}, fmt.Errorf("run: %w", err)
 		}
@@ -92,7 +64,7 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := becomeSubreaper(); err != nil {
 		return Result{}, fmt.Errorf("run: %w", err)
 	}
-	return start(ctx, opts, timeout, python, pythonArgs(opts, snippet), env, nil)
+	return start(ctx, opts, su.timeout, su.python, pythonArgs(opts, su.snippet), su.env, nil)
 }
 
 // runSandboxed is Run for an isolated run: the init writes the code and the
@@ -121,6 +93,49 @@ func runSandboxed(ctx context.Context, job Job, opts Options) (Result, error) {
 		return Result{}, fmt.Errorf("run: %w", err)
 	}
 	return start(ctx, opts, timeout, python, pythonArgs(opts, sandboxSnippet), env, &job)
+}
+
+// setup is what Run and RunInImage prepare alike before the child starts.
+type setup struct {
+	timeout time.Duration
+	env     []string
+	python  string
+	owner   *[2]int // the child's uid and gid, when it runs as another user
+	snippet string  // the code's file: the caller removes it after the run
+}
+
+// prepare resolves opts.Dir, the timeout, the environment and the
+// interpreter, and writes the code to a file of its own.
+func prepare(job Job, opts *Options) (setup, error) {
+	if opts.Dir == "" {
+		return setup{}, errors.New("run: no working directory")
+	}
+	// HOME and the child's cwd must not depend on ours.
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return setup{}, fmt.Errorf("run: %w", err)
+	}
+	opts.Dir = dir
+	su := setup{timeout: job.Timeout, env: opts.Env}
+	if su.timeout <= 0 {
+		su.timeout = DefaultTimeout
+	}
+	if su.env == nil {
+		su.env = DefaultEnv(opts.Dir)
+	}
+	if su.python, err = findPython(opts.Python, su.env); err != nil {
+		return setup{}, err
+	}
+	if c := opts.Credential; c != nil {
+		su.owner = &[2]int{int(c.Uid), int(c.Gid)}
+	}
+	// The snippet lives outside the working directory, so that the
+	// snippet's own files are exactly Job.Files. A new file in TMPDIR, not a
+	// directory of its own: on ext4 a directory costs half a millisecond.
+	if su.snippet, err = writeSnippet(job.Code, su.owner); err != nil {
+		return setup{}, err
+	}
+	return su, nil
 }
 
 // writeSnippet writes code to a new private file and gives it to owner.
