@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // Tool-call pods: one per POST /v1/call, from the agent's own image.
@@ -63,6 +65,10 @@ type ToolPodOptions struct {
 	// ActiveDeadline is the kubelet's backstop: the pod is killed this long
 	// after it started, whatever happens to serve.
 	ActiveDeadline time.Duration
+	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
+	// in every real deployment. Runner weakenings are handed to the pod's
+	// runner as for snippet pods.
+	Unsafe weaken.Set
 }
 
 // ToolSelector selects the tool pods of one owner ("" : of every owner).
@@ -86,6 +92,10 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	}
 	gid := uid
 	no, yes := false, true
+	nonRoot, mountToken := true, false
+	if o.Unsafe.Has(weaken.ToolRootToken) {
+		uid, gid, nonRoot, mountToken = 0, 0, false, true
+	}
 	deadline := int64(o.ActiveDeadline / time.Second)
 	grace := int64(0)
 	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
@@ -95,7 +105,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	}
 	sc := func() *corev1.SecurityContext {
 		return &corev1.SecurityContext{
-			RunAsNonRoot:             &yes,
+			RunAsNonRoot:             &nonRoot,
 			RunAsUser:                &uid,
 			RunAsGroup:               &gid,
 			Privileged:               &no,
@@ -115,6 +125,9 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	if o.Python != "" {
 		args = append(args, "--python", o.Python)
 	}
+	for _, n := range o.Unsafe.Names(true) {
+		args = append(args, "--unsafe", n)
+	}
 	tmp := resource.MustParse(ToolScratchSize)
 	binSize := resource.MustParse(ToolBinSize)
 	pod := &corev1.Pod{
@@ -132,10 +145,10 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
 			TerminationGracePeriodSeconds: &grace,
-			AutomountServiceAccountToken:  &no,
+			AutomountServiceAccountToken:  &mountToken,
 			EnableServiceLinks:            &no,
 			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   &yes,
+				RunAsNonRoot:   &nonRoot,
 				RunAsUser:      &uid,
 				RunAsGroup:     &gid,
 				FSGroup:        &gid,

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandbox/manifests"
 	"github.com/sandboxd/sandbox/server"
 	"github.com/sandboxd/sandbox/toolpod"
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // ToolFlags are serve's settings for tool calls (POST /v1/call); ServeCmd
@@ -61,6 +62,10 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 	if err := t.validate(); err != nil {
 		return nil, policy, nil, err
 	}
+	unsafe, err := weaken.Parse(f.Unsafe, false)
+	if err != nil {
+		return nil, policy, nil, fmt.Errorf("--unsafe: %w", err)
+	}
 	ns := f.Namespace
 	if ns == "" {
 		ns = kube.InClusterNamespace()
@@ -86,6 +91,7 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 			Owner:        owner,
 			Python:       t.ToolPython,
 			Internet:     t.ToolInternet,
+			Unsafe:       unsafe,
 		},
 		ReadyTimeout:  t.ToolReadyTimeout,
 		MaxConcurrent: t.ToolMaxConcurrent,

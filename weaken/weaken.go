@@ -27,6 +27,10 @@ const (
 	// its readiness probe and the pool use, so no pod of the pool ever gets
 	// Ready and requests meet the empty pool's 503.
 	NeverReady Name = "never-ready"
+	// ToolRootToken runs tool-call pods as uid 0 with the service-account
+	// token mounted (the namespace must be relaxed to admit them):
+	// toolcalls/non-root and toolcalls/no-credentials must fail.
+	ToolRootToken Name = "tool-root-token"
 )
 
 // all is the closed set, in the order help and errors list it; runner says
@@ -38,6 +42,7 @@ var all = []struct {
 	{RootToken, false},
 	{KillLeaderOnly, true},
 	{NeverReady, false},
+	{ToolRootToken, false},
 }
 
 // Set is the weakenings in force; the zero Set is a safe deployment.

@@ -1,0 +1,34 @@
+package kube
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/sandboxd/sandbox/weaken"
+)
+
+// TestToolPodWeakened: the weakenings verify's tool-call checks must catch
+// reach the tool pod, and the zero Set leaves it hardened.
+func TestToolPodWeakened(t *testing.T) {
+	o := ToolPodOptions{Namespace: "sandbox", Image: "agent:dev", SandboxImage: "sandbox:dev", Owner: Owner{Name: "serve"}}
+	p := ToolPod(o, "sandbox-tool-x", MinUID)
+	if *p.Spec.AutomountServiceAccountToken || !*p.Spec.SecurityContext.RunAsNonRoot || *p.Spec.SecurityContext.RunAsUser == 0 {
+		t.Fatalf("the unweakened tool pod is not hardened: %+v", p.Spec.SecurityContext)
+	}
+	if slices.Contains(p.Spec.Containers[0].Args, "--unsafe") {
+		t.Errorf("unweakened runner args %v", p.Spec.Containers[0].Args)
+	}
+	set, err := weaken.Parse([]string{string(weaken.ToolRootToken), string(weaken.KillLeaderOnly)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Unsafe = set
+	p = ToolPod(o, "sandbox-tool-x", MinUID)
+	c := p.Spec.Containers[0]
+	if !*p.Spec.AutomountServiceAccountToken || *p.Spec.SecurityContext.RunAsUser != 0 || *c.SecurityContext.RunAsUser != 0 || *c.SecurityContext.RunAsNonRoot {
+		t.Errorf("tool-root-token did not make a root pod with the token: %+v", c.SecurityContext)
+	}
+	if i := slices.Index(c.Args, "--unsafe"); i < 0 || c.Args[i+1] != string(weaken.KillLeaderOnly) {
+		t.Errorf("the runner weakening is not handed to the tool pod's runner: %v", c.Args)
+	}
+}
