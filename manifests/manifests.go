@@ -16,6 +16,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,9 @@ type Options struct {
 	// NoToolInternet leaves tool pods DNS only (the default gives them the
 	// internet, never private ranges).
 	NoToolInternet bool
+	// ToolReadyTimeout is how long a call waits for its pod to be Ready
+	// (0 keeps the files' 110 s).
+	ToolReadyTimeout time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -251,6 +255,9 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 			"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
 			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ","),
 			"SANDBOX_TOOL_INTERNET_EGRESS": strconv.FormatBool(!o.NoToolInternet),
+		}
+		if o.ToolReadyTimeout > 0 {
+			set["SANDBOX_TOOL_READY_TIMEOUT"] = o.ToolReadyTimeout.String()
 		}
 		for j := range c.Env {
 			if v, ok := set[c.Env[j].Name]; ok {

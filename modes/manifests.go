@@ -2,6 +2,7 @@ package modes
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/sandboxd/sandbox/manifests"
 )
@@ -9,27 +10,29 @@ import (
 // ManifestsCmd prints the manifests that deploy the service, for
 // `sandbox manifests --image ... | kubectl apply -f -`.
 type ManifestsCmd struct {
-	Image          string   `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the service and of its sandbox pods."`
-	Namespace      string   `default:"${namespace}" help:"Namespace to deploy into (created, with Pod Security restricted)."`
-	PoolSize       int      `name:"pool-size" default:"${pool_size}" help:"Warm sandbox pods the service keeps Ready."`
-	RuntimeClass   string   `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
-	PodCPURequest  string   `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
-	APIServerCIDRs []string `name:"api-server-cidr" default:"${api_server_cidrs}" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
-	ToolImages     []string `name:"tool-images" sep:"," placeholder:"IMAGE" help:"Images tool calls (POST /v1/call) may run: exact, or prefixes ending in / or *. Empty: /v1/call is off."`
-	ToolInternet   bool     `name:"tool-internet-egress" default:"true" negatable:"" help:"Tool pods may reach the internet, never private ranges or metadata (--no-tool-internet-egress: DNS only)."`
+	Image            string        `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the service and of its sandbox pods."`
+	Namespace        string        `default:"${namespace}" help:"Namespace to deploy into (created, with Pod Security restricted)."`
+	PoolSize         int           `name:"pool-size" default:"${pool_size}" help:"Warm sandbox pods the service keeps Ready."`
+	RuntimeClass     string        `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
+	PodCPURequest    string        `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
+	APIServerCIDRs   []string      `name:"api-server-cidr" default:"${api_server_cidrs}" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
+	ToolImages       []string      `name:"tool-images" sep:"," placeholder:"IMAGE" help:"Images tool calls (POST /v1/call) may run: exact, or prefixes ending in / or *. Empty: /v1/call is off."`
+	ToolReadyTimeout time.Duration `name:"tool-ready-timeout" help:"How long a tool call waits for its pod to be Ready (default ${tool_ready_timeout})."`
+	ToolInternet     bool          `name:"tool-internet-egress" default:"true" negatable:"" help:"Tool pods may reach the internet, never private ranges or metadata (--no-tool-internet-egress: DNS only)."`
 }
 
 // Run renders and prints the manifests.
 func (c *ManifestsCmd) Run(d *Deps) error {
 	out, err := manifests.Render(manifests.Options{
-		Namespace:      c.Namespace,
-		Image:          c.Image,
-		PoolSize:       c.PoolSize,
-		RuntimeClass:   c.RuntimeClass,
-		PodCPURequest:  c.PodCPURequest,
-		APIServerCIDRs: c.APIServerCIDRs,
-		ToolImages:     c.ToolImages,
-		NoToolInternet: !c.ToolInternet,
+		Namespace:        c.Namespace,
+		Image:            c.Image,
+		PoolSize:         c.PoolSize,
+		RuntimeClass:     c.RuntimeClass,
+		PodCPURequest:    c.PodCPURequest,
+		APIServerCIDRs:   c.APIServerCIDRs,
+		ToolImages:       c.ToolImages,
+		NoToolInternet:   !c.ToolInternet,
+		ToolReadyTimeout: c.ToolReadyTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("render manifests: %w", err)
