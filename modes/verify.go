@@ -21,6 +21,8 @@ type VerifyCmd struct {
 	Image          string   `help:"Image of verify's canary and control pods (needs python3); default: the service's own image."`
 	MetadataAddr   string   `default:"169.254.169.254:80" help:"Metadata service (or its stand-in) as host:port answering HTTP; empty skips it. Never a real outside address in tests."`
 	InternetAddr   string   `default:"198.51.100.10:80" help:"An 'internet' stand-in as host:port answering HTTP; empty skips it."`
+	ToolImage      string   `name:"tool-image" help:"Allowed image the tool-call checks call builtins:exec in (needs python3); default: the first exact entry of the Deployment's SANDBOX_TOOL_IMAGES."`
+	PrivateAddrs   []string `name:"private-addr" sep:"," placeholder:"HOST:PORT" help:"Addresses in private ranges (192.168.0.0/16, 100.64.0.0/10, ...) answering HTTP, for the tool-call checks where verify knows none of its own."`
 	StandinToken   string   `help:"Text the stand-ins' answers must contain for the control's reach to count (the e2e stand-ins answer sandbox-canary); empty accepts any HTTP answer."`
 	ClusterDomain  string   `default:"${cluster_domain}" help:"Cluster DNS domain."`
 	RuntimeClass   string   `help:"runtimeClassName snippet pods must carry (empty: none configured)."`
@@ -45,6 +47,7 @@ func (c *VerifyCmd) Run(d *Deps) error {
 	rep, err := verify.Run(d.Ctx, verify.Options{
 		Namespace: c.Namespace, Service: c.Service, URL: c.URL, Kubeconfig: c.Kubeconfig, Context: c.Context,
 		ServiceAccount: c.ServiceAccount, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr, StandinToken: c.StandinToken,
+		ToolImage: c.ToolImage, PrivateAddrs: c.PrivateAddrs,
 		ClusterDomain: c.ClusterDomain, RuntimeClass: c.RuntimeClass, MemoryLimit: c.MemoryLimit, Parallel: c.Parallel,
 		Only: c.Only, Timeout: c.Timeout, AllowInconclusive: c.AllowInconclusive, KeepFixtures: c.Keep,
 		Progress: d.Stderr,

@@ -9,20 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// checkToolCalls: the tool-call probes (16, 17) apply once /v1/call exists.
-// Until then they are reported as not applicable, never as passed.
-func checkToolCalls(ctx context.Context, e *env) []Result {
-	const name = "toolcalls/egress"
-	st, body, err := e.probeCall(ctx)
-	switch {
-	case err != nil:
-		return []Result{result(name, "16,17", Inconclusive, "POST /v1/call: %v", err)}
-	case st == http.StatusNotFound || st == http.StatusMethodNotAllowed:
-		return []Result{result(name, "16,17", Skip, "not applicable: the service has no /v1/call (HTTP %d), so there are no tool-call pods to probe", st)}
-	}
-	return []Result{result(name, "16,17", Inconclusive, "the service answers /v1/call (HTTP %d %q) but verify has no tool-call probes yet: internet allowed, metadata and private ranges blocked are NOT verified", st, clip(body, 100))}
-}
-
+// probeCall posts an empty call: a 404 or 405 says the service has no
+// /v1/call (tool calls not enabled), anything else that it has one.
 func (e *env) probeCall(ctx context.Context) (int, string, error) {
 	h, ok := e.sb.(*httpSandbox)
 	if !ok {

@@ -34,6 +34,12 @@ type Options struct {
 	// StandinToken, when set, must be in the stand-ins' answers for the
 	// control's reach to count (the e2e stand-ins say "sandbox-canary").
 	StandinToken string
+	// ToolImage is the image the tool-call checks call builtins:exec in;
+	// "" takes the first exact entry of the Deployment's SANDBOX_TOOL_IMAGES.
+	ToolImage string
+	// PrivateAddrs are host:port targets answering HTTP (with StandinToken)
+	// in private ranges where verify knows no address of its own.
+	PrivateAddrs []string
 	// ClusterDomain builds the DNS name the sandbox must resolve.
 	ClusterDomain string
 	// RuntimeClass is the runtimeClassName snippet pods must carry; "" means
@@ -145,7 +151,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer e.pods.Close()
 
-	if e.wants("network") {
+	if e.wants("network") || e.wants("toolcalls") {
 		e.verifyNS = "sandbox-verify-" + randomHex(3)
 		e.fxDone = make(chan struct{})
 		e.progress("deploying canary and control in namespace %s (image %s)", e.verifyNS, e.image)

@@ -114,17 +114,23 @@ func orUnknown(s string) string {
 
 // judgePodGone waits for the used pod to leave the API.
 func (e *env) judgePodGone(ctx context.Context, name, probe, podName string) Result {
+	return judgeWatchedPodGone(ctx, e.pods, "snippet", snippetSelector, e.opts.Namespace, name, probe, podName)
+}
+
+// judgeWatchedPodGone waits for podName to leave the API, as w (which
+// follows the kind of pods that selector selects in ns) sees it.
+func judgeWatchedPodGone(ctx context.Context, w *podWatch, kind, selector, ns, name, probe, podName string) Result {
 	if podName == "" {
 		return result(name, probe, Fail, "no sandbox_id to look for")
 	}
-	seen, ok := e.pods.Get(podName)
+	seen, ok := w.Get(podName)
 	if !ok {
-		return result(name, probe, Inconclusive, "pod %s was never seen among the snippet pods (%s) of %s", podName, snippetSelector, e.opts.Namespace)
+		return result(name, probe, Inconclusive, "pod %s was never seen among the %s pods (%s) of %s", podName, kind, selector, ns)
 	}
 	wctx, cancel := context.WithTimeout(ctx, podGoneDeadline)
 	defer cancel()
 	start := time.Now()
-	at, err := e.pods.WaitDeleted(wctx, podName)
+	at, err := w.WaitDeleted(wctx, podName)
 	if err != nil {
 		return result(name, probe, Fail, "pod %s (uid %s) still in the API %s after its run", podName, seen.UID, time.Since(start).Round(time.Millisecond))
 	}

@@ -99,7 +99,12 @@ var heartbeat = regexp.MustCompile(`(?m)^HB (\S+) ([0-9.]+)$`)
 // heard before the deadline (they did start: the positive control), and none
 // after deadline+killGrace; the answer must not wait for them either.
 func judgeTree(a *answer, err error) Result {
-	const name = "runner/timeout-kills-tree"
+	return judgeTreeAs("runner/timeout-kills-tree", a, err)
+}
+
+// judgeTreeAs is judgeTree for the check called name (the tool-call check
+// runs the same tree in a tool pod).
+func judgeTreeAs(name string, a *answer, err error) Result {
 	if err != nil {
 		return result(name, "18", Fail, "%v", err)
 	}

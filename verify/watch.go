@@ -42,8 +42,14 @@ type podWatch struct {
 }
 
 func watchSnippetPods(ctx context.Context, cs kubernetes.Interface, ns string) (*podWatch, error) {
+	return watchPods(ctx, cs, ns, snippetSelector)
+}
+
+// watchPods follows the pods of ns that selector selects (the tool-call
+// checks watch the tool pods with it).
+func watchPods(ctx context.Context, cs kubernetes.Interface, ns, selector string) (*podWatch, error) {
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = snippetSelector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	w := &podWatch{pods: map[string]*seenPod{}, inf: f.Core().V1().Pods().Informer()}
 	_, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.saw(o, false) },
@@ -56,7 +62,7 @@ func watchSnippetPods(ctx context.Context, cs kubernetes.Interface, ns string) (
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch snippet pods: %w", err)
+		return nil, fmt.Errorf("watch pods %s: %w", selector, err)
 	}
 	wctx, stop := context.WithCancel(ctx)
 	w.stop = stop
