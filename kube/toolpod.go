@@ -65,6 +65,11 @@ type ToolPodOptions struct {
 	// ActiveDeadline is the kubelet's backstop: the pod is killed this long
 	// after it started, whatever happens to serve.
 	ActiveDeadline time.Duration
+	// CPURequest, when set, lowers the CPU request of the pod's containers
+	// below their 2-CPU limit (serve's --pod-cpu-request, as for snippet
+	// pods): a 2-CPU request never schedules on a 2-CPU node that also runs
+	// the control plane.
+	CPURequest string
 	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. Runner weakenings are handed to the pod's
 	// runner as for snippet pods.
@@ -162,7 +167,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 				// only way into it.
 				Command:                  []string{"cp", ToolSandboxBinary, bin},
 				ImagePullPolicy:          corev1.PullIfNotPresent,
-				Resources:                corev1.ResourceRequirements{Requests: res, Limits: res},
+				Resources:                corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
 				SecurityContext:          sc(),
 				VolumeMounts:             []corev1.VolumeMount{{Name: "runner", MountPath: ToolBinDir}},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -177,7 +182,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 				Ports:   []corev1.ContainerPort{{Name: RunnerPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
 				// The call is sent only once the pod is Ready.
 				ReadinessProbe:  runnerReadiness(),
-				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+				Resources:       corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
 				SecurityContext: sc(),
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "runner", MountPath: ToolBinDir, ReadOnly: true},

@@ -32,3 +32,15 @@ func TestToolPodWeakened(t *testing.T) {
 		t.Errorf("the runner weakening is not handed to the tool pod's runner: %v", c.Args)
 	}
 }
+
+// TestToolPodCPURequest: serve's --pod-cpu-request lowers the tool pod's
+// request (not its limit), so that it schedules on a small node.
+func TestToolPodCPURequest(t *testing.T) {
+	o := ToolPodOptions{Namespace: "sandbox", Image: "agent:dev", SandboxImage: "sandbox:dev", Owner: Owner{Name: "serve"}, CPURequest: "100m"}
+	p := ToolPod(o, "sandbox-tool-x", MinUID)
+	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		if r, l := c.Resources.Requests.Cpu().String(), c.Resources.Limits.Cpu().String(); r != "100m" || l != ToolCPU {
+			t.Errorf("%s: cpu request %s limit %s, want 100m and %s", c.Name, r, l, ToolCPU)
+		}
+	}
+}
