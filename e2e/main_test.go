@@ -96,7 +96,13 @@ func TestMain(m *testing.M) {
 			return ctx, suite.LoadImage(ctx)
 		},
 		func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
+			return ctx, suite.AgentImageUp(ctx)
+		},
+		func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
 			if err := suite.StandinsUp(ctx); err != nil {
+				return ctx, err
+			}
+			if err := suite.PrivateStandinsUp(ctx); err != nil {
 				return ctx, err
 			}
 			// Also as environment, for tests and tools that read it there.
@@ -145,6 +151,10 @@ func deployService(ctx context.Context, cfg *envconf.Config) (context.Context, e
 				conditions.New(cfg.Client().Resources()).DeploymentConditionMatch(dep, appsv1.DeploymentAvailable, "True"),
 				wait.WithContext(ctx), wait.WithTimeout(3*time.Minute), wait.WithInterval(2*time.Second))
 		})
+	}
+	if err == nil {
+		// On a reused cluster the apply may have changed serve's settings.
+		err = suite.Phase("rollout status", func() error { return suite.RolloutStatus(ctx, 3*time.Minute) })
 	}
 	if err == nil && suite.Reused && suite.ImageID(ctx) != imageBefore {
 		err = suite.Restart(ctx, 3*time.Minute)

@@ -37,7 +37,7 @@ const PodCPURequest = "100m"
 // Manifests renders `sandbox manifests --image image --pod-cpu-request
 // PodCPURequest` with the sandbox binary.
 func Manifests(ctx context.Context, sandboxBin, image string) ([]byte, error) {
-	out, err := cmd{name: sandboxBin, args: []string{"manifests", "--image", image, "--pod-cpu-request", PodCPURequest}, timeout: time.Minute}.output(ctx)
+	out, err := cmd{name: sandboxBin, args: append([]string{"manifests", "--image", image, "--pod-cpu-request", PodCPURequest}, toolManifestArgs()...), timeout: time.Minute}.output(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("render manifests: %w", err)
 	}

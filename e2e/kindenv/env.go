@@ -195,7 +195,7 @@ func (e *Env) Down(ctx context.Context) error {
 		if ok, _ := c.Exists(); ok {
 			node, _ = c.ControlPlane()
 		}
-		serr := e.Standins.Down(ctx, node)
+		serr := errors.Join(e.Standins.Down(ctx, node), privateStandinsDown(ctx, node))
 		if err := c.Delete(); err != nil {
 			return err
 		}

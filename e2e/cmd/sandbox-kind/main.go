@@ -53,7 +53,9 @@ func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 		env.Images,
 		func(ctx context.Context) error { return env.CreateCluster(ctx, false) },
 		env.LoadImage,
+		env.AgentImageUp,
 		env.StandinsUp,
+		env.PrivateStandinsUp,
 	} {
 		if err := phase(ctx); err != nil {
 			return err
@@ -62,6 +64,9 @@ func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 	deployErr := env.Deploy(ctx)
 	if deployErr == nil {
 		deployErr = env.WaitAvailable(ctx, 3*time.Minute)
+	}
+	if deployErr == nil {
+		deployErr = env.RolloutStatus(ctx, 3*time.Minute)
 	}
 	if deployErr == nil && env.Reused && env.ImageID(ctx) != before {
 		// Same tag, new content: running pods would keep the old image.
