@@ -39,7 +39,8 @@ func runVerify(ctx context.Context, t *testing.T, args ...string) *verify.Report
 	defer cancel()
 	argv := append([]string{"verify", "--kubeconfig", s.Kubeconfig,
 		"--metadata-addr", s.Standins.Metadata.IP + ":80", "--internet-addr", s.Standins.Internet.IP + ":80",
-		"--standin-token", kindenv.CanaryToken, "--output", "json"}, args...)
+		"--standin-token", kindenv.CanaryToken, "--private-addr", strings.Join(kindenv.PrivateAddrs(), ","),
+		"--output", "json"}, args...)
 	cmd := exec.CommandContext(ctx, s.SandboxBin, argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -90,7 +91,7 @@ func clientset(ctx context.Context, t *testing.T) kubernetes.Interface {
 }
 
 // TestVerify runs verify against the real deployment: every check PASS,
-// except those that do not apply yet (tool calls), which must say so.
+// the tool-call checks included (the deployment allows the agent image).
 func TestVerify(t *testing.T) {
 	f := features.New("sandbox verify passes on the real deployment").
 		WithLabel("needs", "service").
@@ -100,12 +101,11 @@ func TestVerify(t *testing.T) {
 			}
 			rep := runVerify(ctx, t)
 			for _, c := range rep.Checks {
-				switch {
-				case c.Name == "toolcalls/egress" && c.Status == verify.Skip:
-				case c.Status != verify.Pass:
+				if c.Status != verify.Pass {
 					t.Errorf("%s: %s: %s", c.Name, c.Status, c.Evidence)
 				}
 			}
+			expect(t, rep, verify.Pass, toolCallChecks...)
 			if len(rep.Checks) < 30 {
 				t.Errorf("only %d checks ran", len(rep.Checks))
 			}
@@ -374,5 +374,5 @@ func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
 	const flag = "--unsafe=kill-leader-only"
 	knobs := []knob{{"serve", flag}, {"run", flag}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
-		"runner", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered"}))
+		"runner,toolcalls", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered", "toolcalls/timeout-kills-tree"}))
 }
