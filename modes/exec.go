@@ -73,12 +73,7 @@ func (c *ExecCmd) Run(d *Deps) error {
 		return &ExitError{Code: exitNotRun}
 	}
 	if c.JSON {
-		out, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(d.Stdout, "%s\n", out)
-		return err
+		return printJSON(d.Stdout, res)
 	}
 	io.WriteString(d.Stdout, res.Stdout)
 	io.WriteString(d.Stderr, res.Stderr)
@@ -144,4 +139,14 @@ func describe(err error, url string) string {
 		return msg
 	}
 	return fmt.Sprintf("cannot reach the sandbox service at %s (set --url or SANDBOX_URL): %v", url, err)
+}
+
+// printJSON writes an answer as one line of JSON, for --json.
+func printJSON(w io.Writer, v any) error {
+	out, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", out)
+	return err
 }

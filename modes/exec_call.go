@@ -86,12 +86,7 @@ func (c *ExecCmd) runCall(d *Deps) error {
 		return &ExitError{Code: exitNotRun}
 	}
 	if c.JSON {
-		out, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(d.Stdout, "%s\n", out)
-		return err
+		return printJSON(d.Stdout, res)
 	}
 	io.WriteString(d.Stderr, res.Stdout)
 	io.WriteString(d.Stderr, res.Stderr)
