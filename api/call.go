@@ -405,15 +405,7 @@ func CallWire(c Call) CallRequest {
 }
 
 // EncodeCall returns the JSON body for req.
-func EncodeCall(req CallRequest) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(req); err != nil {
-		return nil, fmt.Errorf("encode call request: %w", err)
-	}
-	return buf.Bytes(), nil
-}
+func EncodeCall(req CallRequest) ([]byte, error) { return encode(req, "call request") }
 
 // MaxCallResult bounds the return value's JSON: the answer's limit less
 // room for the envelope and the head and tail of both streams, which are

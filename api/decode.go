@@ -303,12 +303,16 @@ func FileOf(path string, content []byte) File {
 }
 
 // Encode returns the JSON body for req; the pool and the client use it.
-func Encode(req ExecuteRequest) ([]byte, error) {
+func Encode(req ExecuteRequest) ([]byte, error) { return encode(req, "execute request") }
+
+// encode is JSON as the service reads it back: no HTML escaping, so code
+// with < and & travels as written.
+func encode(v any, what string) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(req); err != nil {
-		return nil, fmt.Errorf("encode execute request: %w", err)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", what, err)
 	}
 	return buf.Bytes(), nil
 }

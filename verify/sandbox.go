@@ -61,36 +61,44 @@ func newHTTPSandbox(base string) *httpSandbox {
 }
 
 func (s *httpSandbox) Execute(ctx context.Context, req api.ExecuteRequest) (*answer, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode request: %w", err)
+	// A flood answer carries at most a few MiB of output.
+	status, body, elapsed, err := s.post(ctx, "/v1/execute", req, 64<<20)
+	if status == 0 {
+		return nil, err
 	}
-	return s.post(ctx, body)
+	a := &answer{Status: status, Body: body, Elapsed: elapsed}
+	if err != nil {
+		return a, err
+	}
+	return a, decodeAnswer(a)
 }
 
-func (s *httpSandbox) post(ctx context.Context, body []byte) (*answer, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/execute", bytes.NewReader(body))
+// post sends req as JSON to path and reads at most limit bytes of the
+// answer. A zero status means there was no HTTP answer at all; an error with
+// a status means the answer could not be read whole.
+func (s *httpSandbox) post(ctx context.Context, path string, req any, limit int64) (int, string, time.Duration, error) {
+	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return 0, "", 0, fmt.Errorf("encode request for %s: %w", path, err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", 0, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := s.hc.Do(hreq)
 	if err != nil {
-		return nil, fmt.Errorf("POST /v1/execute: %w", err)
+		return 0, "", 0, fmt.Errorf("POST %s: %w", path, err)
 	}
 	defer resp.Body.Close()
-	// A flood answer carries at most a few MiB of output.
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	a := &answer{Status: resp.StatusCode, Body: string(raw), Elapsed: time.Since(start)}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return a, fmt.Errorf("read answer: %w", err)
+		err = fmt.Errorf("read answer of %s: %w", path, err)
 	}
-	return a, decodeAnswer(a)
+	return resp.StatusCode, string(raw), time.Since(start), err
 }
 
-// decodeAnswer fills Result or Err. A 200 whose body lacks the result's
-// fields is an error: it cannot be taken as evidence of anything.
 func decodeAnswer(a *answer) error {
 	if a.Status != http.StatusOK {
 		a.Err = gjson.Get(a.Body, "error").String()

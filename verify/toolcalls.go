@@ -1,13 +1,11 @@
 package verify
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -107,25 +105,13 @@ type callAPI interface {
 
 // Call posts req to /v1/call; an error means no usable HTTP answer.
 func (s *httpSandbox) Call(ctx context.Context, req api.CallRequest) (*callAnswer, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode call: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/call", bytes.NewReader(body))
-	if err != nil {
+	status, body, elapsed, err := s.post(ctx, "/v1/call", req, toolAnswerLimit)
+	if status == 0 {
 		return nil, err
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := s.hc.Do(hreq)
+	a := &callAnswer{Status: status, Body: body, Elapsed: elapsed}
 	if err != nil {
-		return nil, fmt.Errorf("POST /v1/call: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, toolAnswerLimit))
-	a := &callAnswer{Status: resp.StatusCode, Body: string(raw), Elapsed: time.Since(start)}
-	if err != nil {
-		return a, fmt.Errorf("read call answer: %w", err)
+		return a, err
 	}
 	if a.Status != http.StatusOK {
 		a.Err = gjson.Get(a.Body, "error").String()
@@ -134,7 +120,7 @@ func (s *httpSandbox) Call(ctx context.Context, req api.CallRequest) (*callAnswe
 	if !gjson.Valid(a.Body) || !gjson.Get(a.Body, "sandbox_id").Exists() || !gjson.Get(a.Body, "stdout").Exists() {
 		return a, fmt.Errorf("HTTP 200 that is not a call result: %q", clip(a.Body, 200))
 	}
-	if err := json.Unmarshal(raw, &a.Result); err != nil {
+	if err := json.Unmarshal([]byte(a.Body), &a.Result); err != nil {
 		return a, fmt.Errorf("decode call result: %w", err)
 	}
 	return a, nil
