@@ -100,46 +100,34 @@ func background(t *testing.T, b *Backend, job sbexec.Job) (wait func() sbexec.Re
 // and the victim finds itself intact; with isolation none (as root) every
 // one succeeds.
 func TestAttackConcurrentRun(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		isolation string
-		protected bool
-	}{
-		{"sandbox", IsolationAuto, true},
-		{"control: isolation none", IsolationNone, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := newBackend(t, Options{Isolation: tc.isolation})
-			if tc.protected {
-				requireSandbox(t, b)
-			} else if os.Geteuid() != 0 {
-				t.Skip("needs root: the control attacks as root")
-			}
-			wait := background(t, b, sbexec.Job{Code: attackScript(t, "victim.py"), Timeout: 30 * time.Second,
-				Files: []sbexec.File{{Path: "secret.txt", Content: []byte("S3CRET")}}})
-			victim := snippetChild(t, nil)
-			attacker := run(t, b, strings.Replace(attackScript(t, "attacker.py"), "P = VICTIM_PID", "P = "+strconv.Itoa(victim), 1))
-			syscall.Kill(victim, syscall.SIGUSR2)
-			res := wait()
-			t.Logf("attacker:\n%s%s\nvictim:\n%s%s", attacker.Stdout, attacker.Stderr, res.Stdout, res.Stderr)
+	sandboxAndControl(t, func(t *testing.T, b *Backend, protected bool) {
+		if !protected && os.Geteuid() != 0 {
+			t.Skip("needs root: the control attacks as root")
+		}
+		wait := background(t, b, sbexec.Job{Code: attackScript(t, "victim.py"), Timeout: 30 * time.Second,
+			Files: []sbexec.File{{Path: "secret.txt", Content: []byte("S3CRET")}}})
+		victim := snippetChild(t, nil)
+		attacker := run(t, b, strings.Replace(attackScript(t, "attacker.py"), "P = VICTIM_PID", "P = "+strconv.Itoa(victim), 1))
+		syscall.Kill(victim, syscall.SIGUSR2)
+		res := wait()
+		t.Logf("attacker:\n%s%s\nvictim:\n%s%s", attacker.Stdout, attacker.Stderr, res.Stdout, res.Stderr)
 
-			for _, a := range []string{"read-file", "write-file", "write-code", "write-memory", "signal"} {
-				blocked := strings.Contains(attacker.Stdout, a+" blocked")
-				if ok := strings.Contains(attacker.Stdout, a+" ok"); !ok && !blocked {
-					t.Errorf("attempt %s did not report", a)
-				}
-				if blocked != tc.protected {
-					t.Errorf("attempt %s: blocked %v, want %v", a, blocked, tc.protected)
-				}
+		for _, a := range []string{"read-file", "write-file", "write-code", "write-memory", "signal"} {
+			blocked := strings.Contains(attacker.Stdout, a+" blocked")
+			if ok := strings.Contains(attacker.Stdout, a+" ok"); !ok && !blocked {
+				t.Errorf("attempt %s did not report", a)
 			}
-			intact := []string{"secret S3CRET\n", "code intact\n", "memory VICTIM-MARKER-\n", "signals []\n"}
-			for _, want := range intact {
-				if strings.Contains(res.Stdout, want) != tc.protected {
-					t.Errorf("victim reports %q: %v, want %v", strings.TrimSpace(want), !tc.protected, tc.protected)
-				}
+			if blocked != protected {
+				t.Errorf("attempt %s: blocked %v, want %v", a, blocked, protected)
 			}
-		})
-	}
+		}
+		intact := []string{"secret S3CRET\n", "code intact\n", "memory VICTIM-MARKER-\n", "signals []\n"}
+		for _, want := range intact {
+			if strings.Contains(res.Stdout, want) != protected {
+				t.Errorf("victim reports %q: %v, want %v", strings.TrimSpace(want), !protected, protected)
+			}
+		}
+	})
 }
 
 // leftoverWriter writes a marker file in every directory it may write: in
@@ -176,48 +164,35 @@ for d in sorted(set(dirs)):
 // later run looks for each, and so does the host. In a sandbox the later
 // run finds none and the host has none; with isolation none it finds them.
 func TestAttackLeftovers(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		isolation string
-		protected bool
-	}{
-		{"sandbox", IsolationAuto, true},
-		{"control: isolation none", IsolationNone, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := newBackend(t, Options{Isolation: tc.isolation})
-			if tc.protected {
-				requireSandbox(t, b)
-			}
-			token := fmt.Sprintf("%d", time.Now().UnixNano())
-			code := strings.NewReplacer("TOKEN", strconv.Quote(token), "WALK", map[bool]string{true: "True", false: "False"}[tc.protected]).Replace(leftoverWriter)
-			first := run(t, b, code)
-			written := strings.Fields(first.Stdout)
-			t.Cleanup(func() {
-				for _, p := range written {
-					os.Remove(p) // the control's, on the host
-				}
-			})
-			if len(written) == 0 {
-				t.Fatalf("the first run could write nowhere: %+v", first)
-			}
-			t.Logf("the first run wrote %d files: %v", len(written), written)
-			later := run(t, b, "import os\nfor p in "+pyList(written)+":\n    if os.path.exists(p): print(p)\n")
-			found := strings.Fields(later.Stdout)
-			var onHost []string
+	sandboxAndControl(t, func(t *testing.T, b *Backend, protected bool) {
+		token := fmt.Sprintf("%d", time.Now().UnixNano())
+		code := strings.NewReplacer("TOKEN", strconv.Quote(token), "WALK", map[bool]string{true: "True", false: "False"}[protected]).Replace(leftoverWriter)
+		first := run(t, b, code)
+		written := strings.Fields(first.Stdout)
+		t.Cleanup(func() {
 			for _, p := range written {
-				if _, err := os.Lstat(p); err == nil {
-					onHost = append(onHost, p)
-				}
-			}
-			if tc.protected && (len(found) > 0 || len(onHost) > 0) {
-				t.Errorf("leftovers survive: the later run finds %v, the host has %v", found, onHost)
-			}
-			if !tc.protected && len(found) == 0 {
-				t.Errorf("control: the later run found none of %v", written)
+				os.Remove(p) // the control's, on the host
 			}
 		})
-	}
+		if len(written) == 0 {
+			t.Fatalf("the first run could write nowhere: %+v", first)
+		}
+		t.Logf("the first run wrote %d files: %v", len(written), written)
+		later := run(t, b, "import os\nfor p in "+pyList(written)+":\n    if os.path.exists(p): print(p)\n")
+		found := strings.Fields(later.Stdout)
+		var onHost []string
+		for _, p := range written {
+			if _, err := os.Lstat(p); err == nil {
+				onHost = append(onHost, p)
+			}
+		}
+		if protected && (len(found) > 0 || len(onHost) > 0) {
+			t.Errorf("leftovers survive: the later run finds %v, the host has %v", found, onHost)
+		}
+		if !protected && len(found) == 0 {
+			t.Errorf("control: the later run found none of %v", written)
+		}
+	})
 }
 
 // pyList renders ss as a Python list of strings.
@@ -338,45 +313,46 @@ print(home)
 // walks it. The control (isolation none) shows the same tree lands in a
 // directory of the host, which serve must then walk.
 func TestAttackCleanupShape(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		isolation string
-		protected bool
-	}{
-		{"sandbox", IsolationAuto, true},
-		{"control: isolation none", IsolationNone, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := newBackend(t, Options{Isolation: tc.isolation})
-			if tc.protected {
-				requireSandbox(t, b)
+	sandboxAndControl(t, func(t *testing.T, b *Backend, protected bool) {
+		canary := t.TempDir()
+		if err := os.Chmod(canary, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(canary+"/file", []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := run(t, b, strings.ReplaceAll(shaper, "CANARY", strconv.Quote(canary)))
+		if res.ExitCode != 0 {
+			t.Fatalf("the shaper failed: %+v", res)
+		}
+		dir := strings.TrimSpace(res.Stdout)
+		onHost := b.base != "" && strings.HasPrefix(dir, b.base+"/")
+		if onHost == protected {
+			t.Errorf("the run's directory %s is on the host (under %q): %v, want %v", dir, b.base, onHost, !protected)
+		}
+		for p, want := range map[string]os.FileMode{canary: os.ModeDir | 0o700, canary + "/file": 0o600} {
+			if fi, err := os.Lstat(p); err != nil || fi.Mode() != want {
+				t.Errorf("%s after the run: %v %v, want mode %v", p, fi.Mode(), err, want)
 			}
-			canary := t.TempDir()
-			if err := os.Chmod(canary, 0o700); err != nil {
-				t.Fatal(err)
+		}
+		if b.base != "" {
+			if left, _ := os.ReadDir(b.base); len(left) > 0 {
+				t.Errorf("left behind in %s: %v", b.base, left)
 			}
-			if err := os.WriteFile(canary+"/file", []byte("x"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			res := run(t, b, strings.ReplaceAll(shaper, "CANARY", strconv.Quote(canary)))
-			if res.ExitCode != 0 {
-				t.Fatalf("the shaper failed: %+v", res)
-			}
-			dir := strings.TrimSpace(res.Stdout)
-			onHost := b.base != "" && strings.HasPrefix(dir, b.base+"/")
-			if onHost == tc.protected {
-				t.Errorf("the run's directory %s is on the host (under %q): %v, want %v", dir, b.base, onHost, !tc.protected)
-			}
-			for p, want := range map[string]os.FileMode{canary: os.ModeDir | 0o700, canary + "/file": 0o600} {
-				if fi, err := os.Lstat(p); err != nil || fi.Mode() != want {
-					t.Errorf("%s after the run: %v %v, want mode %v", p, fi.Mode(), err, want)
-				}
-			}
-			if b.base != "" {
-				if left, _ := os.ReadDir(b.base); len(left) > 0 {
-					t.Errorf("left behind in %s: %v", b.base, left)
-				}
-			}
-		})
-	}
+		}
+	})
+}
+
+// sandboxAndControl runs attack as a sandboxed run and again as the
+// control, isolation none, where the same attack must succeed: a protection
+// is only shown by the pair.
+func sandboxAndControl(t *testing.T, attack func(t *testing.T, b *Backend, protected bool)) {
+	t.Run("sandbox", func(t *testing.T) {
+		b := newBackend(t, Options{Isolation: IsolationAuto})
+		requireSandbox(t, b)
+		attack(t, b, true)
+	})
+	t.Run("control: isolation none", func(t *testing.T) {
+		attack(t, newBackend(t, Options{Isolation: IsolationNone}), false)
+	})
 }
