@@ -30,24 +30,36 @@ const (
 // (a doubled or trailing slash), NUL bytes, and names over MaxNameLen or paths
 // over MaxPathLen. Symlinks are checked when the file is written.
 func ValidatePath(p string) error {
+	return checkRelative(p, "file path", nil)
+}
+
+// checkRelative holds the rules of ValidatePath for anything that names a
+// place inside the working directory (noun says what, in messages); each,
+// when not nil, checks every component further.
+func checkRelative(p, noun string, each func(c string) error) error {
 	switch {
 	case p == "":
-		return errors.New("file path is empty")
+		return fmt.Errorf("%s is empty", noun)
 	case len(p) > MaxPathLen:
-		return fmt.Errorf("file path is %d bytes, over the limit of %d", len(p), MaxPathLen)
+		return fmt.Errorf("%s is %d bytes, over the limit of %d", noun, len(p), MaxPathLen)
 	case strings.IndexByte(p, 0) >= 0:
-		return fmt.Errorf("file path %q contains a NUL byte", p)
+		return fmt.Errorf("%s %q contains a NUL byte", noun, p)
 	case strings.HasPrefix(p, "/"):
-		return fmt.Errorf("file path %q is absolute; paths are relative to the working directory", p)
+		return fmt.Errorf("%s %q is absolute; paths are relative to the working directory", noun, p)
 	}
 	for c := range strings.SplitSeq(p, "/") {
 		switch {
 		case c == "":
-			return fmt.Errorf("file path %q has an empty component", p)
+			return fmt.Errorf("%s %q has an empty component", noun, p)
 		case c == "." || c == "..":
-			return fmt.Errorf("file path %q has a %q component", p, c)
+			return fmt.Errorf("%s %q has a %q component", noun, p, c)
 		case len(c) > MaxNameLen:
-			return fmt.Errorf("file path %q has a component over %d bytes", p, MaxNameLen)
+			return fmt.Errorf("%s %q has a component over %d bytes", noun, p, MaxNameLen)
+		}
+		if each != nil {
+			if err := each(c); err != nil {
+				return fmt.Errorf("%s %q: %w", noun, p, err)
+			}
 		}
 	}
 	return nil

@@ -40,8 +40,8 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if opts.Sandbox != nil {
 		return runSandboxed(ctx, job, opts)
 	}
-	if err := checkFiles(job.Files); err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	if err := checkJob(job); err != nil {
+		return Result{}, err
 	}
 	su, err := prepare(job, &opts)
 	if err != nil {
@@ -64,7 +64,19 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := becomeSubreaper(); err != nil {
 		return Result{}, fmt.Errorf("run: %w", err)
 	}
-	return start(ctx, opts, su.timeout, su.python, pythonArgs(opts, su.snippet), su.env, nil)
+	return start(ctx, opts, su.timeout, su.python, pythonArgs(opts, su.snippet), su.env, &job)
+}
+
+// checkJob validates a job's files and output patterns before anything is
+// written or started.
+func checkJob(job Job) error {
+	if err := checkFiles(job.Files); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if err := checkOutputs(job.Outputs); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	return nil
 }
 
 // runSandboxed is Run for an isolated run: the init writes the code and the
@@ -73,8 +85,8 @@ func runSandboxed(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := checkSandbox(opts.Sandbox); err != nil {
 		return Result{}, err
 	}
-	if err := checkFiles(job.Files); err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	if err := checkJob(job); err != nil {
+		return Result{}, err
 	}
 	timeout := job.Timeout
 	if timeout <= 0 {
@@ -159,9 +171,10 @@ func writeSnippet(code string, owner *[2]int) (string, error) {
 }
 
 // start runs the prepared child to completion and builds the Result, in
-// four steps: spawn it, wait for it and kill what is left, collect its
-// output, and classify how it ended. job is set for an isolated run, whose
-// init gets it.
+// five steps: spawn it, wait for it and kill what is left, collect its
+// output, classify how it ended, and take what it left behind (its usage,
+// its output files). job is set for a snippet (an isolated run's init gets
+// it); nil for a tool call.
 func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, job *Job) (Result, error) {
 	c, err := spawn(opts, python, args, env, job)
 	if err != nil {
@@ -178,6 +191,10 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 	}
 	if err := classify(&res, c, end, opts, timeout); err != nil {
 		return res, err
+	}
+	res.Usage = c.base.measure(c.cmd.ProcessState)
+	if job != nil && len(job.Outputs) > 0 && !end.cancelled {
+		res.Files, res.FilesIncomplete = c.outputs(opts, job.Outputs)
 	}
 	if end.cancelled {
 		return res, fmt.Errorf("run cancelled: %w", context.Cause(ctx))
@@ -201,6 +218,7 @@ type child struct {
 	cgDir          string
 	cgV2           bool
 	oomBefore      int64
+	base           usageBase
 }
 
 // spawn starts the child with its output on pipes being drained, and
@@ -258,6 +276,7 @@ func spawn(opts Options, python string, args, env []string, job *Job) (*child, e
 	c.cgDir, c.cgV2 = memCgroup()
 	c.oomBefore = oomKills(c.cgDir, c.cgV2)
 
+	c.base = usageBaseline()
 	live.Lock()
 	err = cmd.Start()
 	if err == nil {

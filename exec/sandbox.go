@@ -34,8 +34,10 @@ import (
 //     walks a tree the snippet shaped;
 //   - writes the code and the input files, read from a socket to serve,
 //     into that fresh tmpfs, where no link or FIFO can be waiting;
-//   - tells serve it is ready and waits for it to move the process into the
-//     run's cgroups;
+//   - tells serve it is ready, handing it a descriptor of the working
+//     directory (from which the run's output files are read after the run,
+//     see collect.go), and waits for serve to move it into the run's
+//     cgroups;
 //   - drops to the run's own uid and gid with no supplementary groups, sets
 //     no_new_privs and a seccomp filter that refuses new user namespaces,
 //     and execs python3.
@@ -145,6 +147,9 @@ type sandboxStart struct {
 	cg            *runCgroup // nil without cgroups
 	cfg           initConfig
 	files         []File
+	// workDir is the run's working directory, as the init opened it; nil
+	// until the init is ready.
+	workDir *os.File
 }
 
 // prepareSandbox turns cmd into the start of the run's init and makes the
@@ -198,7 +203,9 @@ func (sb *sandboxStart) handshake(ctx context.Context, pid int) error {
 	sb.parent.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { sb.parent.SetDeadline(time.Now()) })
 	defer stop()
-	r := bufio.NewReaderSize(sb.parent, 4096)
+	rr := &rightsReader{f: sb.parent}
+	defer func() { sb.workDir = rr.take() }()
+	r := bufio.NewReaderSize(rr, 4096)
 	// The init reads the whole job before it answers; if it fails early the
 	// write fails too, and its answer says why.
 	werr := writeJob(sb.parent, sb.cfg, sb.files)
@@ -241,6 +248,11 @@ func (sb *sandboxStart) close() {
 	if sb.child != nil {
 		sb.child.Close()
 	}
+	if sb.workDir != nil {
+		// First: while it is open the run's tmpfs lives on, charged to
+		// the cgroup removed below.
+		sb.workDir.Close()
+	}
 	sb.parent.Close()
 	if sb.cg != nil {
 		_ = sb.cg.remove()
@@ -262,4 +274,61 @@ func RandomSandboxUID() uint32 {
 	var b [4]byte
 	rand.Read(b[:]) // never fails on Linux (Go 1.24+)
 	return MinSandboxUID + binary.LittleEndian.Uint32(b[:])%(MaxSandboxUID-MinSandboxUID+1)
+}
+
+// rightsReader reads the init's socket with recvmsg, keeping the
+// descriptors that come with the bytes (the init's working directory comes
+// with its ready line).
+type rightsReader struct {
+	f   *os.File
+	fds []int
+}
+
+func (rr *rightsReader) Read(p []byte) (int, error) {
+	rc, err := rr.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	err = rc.Read(func(fd uintptr) bool {
+		var oobn int
+		n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), p, oob, syscall.MSG_CMSG_CLOEXEC)
+		if rerr == syscall.EAGAIN {
+			return false
+		}
+		if rerr == nil && oobn > 0 {
+			msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				fds, _ := syscall.ParseUnixRights(&m)
+				rr.fds = append(rr.fds, fds...)
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// take returns the first descriptor received as a directory, closing any
+// other: the init sends exactly one.
+func (rr *rightsReader) take() *os.File {
+	var dir *os.File
+	for i, fd := range rr.fds {
+		if i == 0 {
+			dir = os.NewFile(uintptr(fd), SandboxDir)
+			continue
+		}
+		syscall.Close(fd)
+	}
+	rr.fds = nil
+	return dir
 }

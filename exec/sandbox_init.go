@@ -89,8 +89,8 @@ func initRun(sock *os.File) error {
 	if err := populate(cfg, files); err != nil {
 		return err
 	}
-	if _, err := io.WriteString(sock, initReady); err != nil {
-		return fmt.Errorf("report ready: %w", err)
+	if err := reportReady(); err != nil {
+		return err
 	}
 	// Serve moves us into the run's cgroups meanwhile.
 	if b, err := r.ReadByte(); err != nil || b != initGo {
@@ -110,6 +110,20 @@ func initRun(sock *os.File) error {
 	syscall.CloseOnExec(initFD)
 	err = syscall.Exec(cfg.Python, append([]string{"python3"}, cfg.Args...), cfg.Env)
 	return fmt.Errorf("exec %s: %w", cfg.Python, err)
+}
+
+// reportReady tells serve the run is set up, handing it a descriptor of
+// the working directory along.
+func reportReady() error {
+	wd, err := syscall.Open(SandboxDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open working directory: %w", err)
+	}
+	defer syscall.Close(wd)
+	if err := syscall.Sendmsg(initFD, []byte(initReady), syscall.UnixRights(wd), nil, 0); err != nil {
+		return fmt.Errorf("report ready: %w", err)
+	}
+	return nil
 }
 
 // readJob reads the config and the files: a length-prefixed JSON config,

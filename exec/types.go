@@ -21,6 +21,9 @@ type Job struct {
 	Code    string
 	Timeout time.Duration
 	Files   []File
+	// Outputs are patterns of files to hand back after the run (see
+	// ValidatePattern and CollectOutputs).
+	Outputs []string
 }
 
 // Result is what a run produced. Its JSON form is the API's response body.
@@ -34,6 +37,14 @@ type Result struct {
 	StderrTruncated bool   `json:"stderr_truncated"`
 	TimedOut        bool   `json:"timed_out"`
 	OOMKilled       bool   `json:"oom_killed"`
+	// Files are the working directory's files that matched Job.Outputs,
+	// in a stable order; absent when none did or none were asked for.
+	Files []OutputFile `json:"files,omitempty"`
+	// FilesIncomplete says that some matching file's content is not in
+	// Files: over the bounds (listed with Omitted), or not even listed.
+	FilesIncomplete bool `json:"files_incomplete,omitempty"`
+	// Usage is what the run's processes used, as the kernel counted it.
+	Usage Usage `json:"usage"`
 }
 
 // LocalID returns a fresh sandbox id for a run outside any pod (the local

@@ -1,0 +1,244 @@
+package exec
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"unicode/utf8"
+)
+
+// Files out: a job names patterns (Job.Outputs), and after the run the
+// files of its working directory that match come back in the Result, read
+// by CollectOutputs (collect.go), within these bounds.
+const (
+	// MaxOutputPatterns bounds Job.Outputs: every directory entry walked is
+	// matched against each, and a handful is what a caller needs.
+	MaxOutputPatterns = 32
+	// MaxOutputFiles is how many files come back with their content: as
+	// many as a job may send in (MaxFiles).
+	MaxOutputFiles = 100
+	// MaxOutputBytes bounds the content of those files in all: a chart or
+	// a result table fits many times over, and the answer that carries it
+	// (at most twice this once encoded, see EncodeContent) is held in
+	// memory by the runner and by serve while it is sent.
+	MaxOutputBytes = 10 << 20
+	// MaxOutputEntries bounds the listing: files with content, omitted and
+	// skipped ones together. Beyond it matches are not even named.
+	MaxOutputEntries = 1000
+	// maxOutputDepth bounds how deep the walk goes: one open descriptor per
+	// level, and far deeper than any real output tree.
+	maxOutputDepth = 64
+	// maxOutputScan bounds the directory entries the walk reads, so that a
+	// run that made a million files costs the collector a bounded time.
+	maxOutputScan = 50_000
+)
+
+// OutputFile is a file of the working directory that matched Job.Outputs.
+// Exactly one of three things: its content (Content and Encoding set),
+// omitted (over the bounds: Omitted, with its Size), or skipped (not a
+// regular file of the run's, never read: Skipped says why).
+type OutputFile struct {
+	// Path is relative to the working directory, slash-separated.
+	Path string `json:"path"`
+	// Size is the file's size in bytes; 0 for a skipped entry.
+	Size int64 `json:"size"`
+	// Content is the file's bytes in Encoding (see EncodeContent).
+	Content  string `json:"content"`
+	Encoding string `json:"encoding"`
+	// Omitted: the file is a match, but the bounds had no room for it.
+	Omitted bool `json:"omitted,omitempty"`
+	// Skipped names why a match was not read: "symlink", "fifo",
+	// "socket", "device", "directory", and a few more (see collect.go).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// MarshalJSON leaves content and encoding out of an entry that has none,
+// so that no client takes an omitted or skipped file for an empty one, and
+// leaves HTML characters unescaped, as the answer around it does.
+func (f OutputFile) MarshalJSON() ([]byte, error) {
+	var v any
+	switch {
+	case f.Omitted:
+		v = struct {
+			Path    string `json:"path"`
+			Size    int64  `json:"size"`
+			Omitted bool   `json:"omitted"`
+		}{f.Path, f.Size, true}
+	case f.Skipped != "":
+		v = struct {
+			Path    string `json:"path"`
+			Skipped string `json:"skipped"`
+		}{f.Path, f.Skipped}
+	default:
+		type plain OutputFile // without this method
+		v = plain(f)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// Bytes returns the file's content decoded, or an error when the entry has
+// none (omitted or skipped) or its encoding is unknown.
+func (f OutputFile) Bytes() ([]byte, error) {
+	switch {
+	case f.Omitted:
+		return nil, fmt.Errorf("%s: omitted (%d bytes, over the bounds)", f.Path, f.Size)
+	case f.Skipped != "":
+		return nil, fmt.Errorf("%s: skipped (%s)", f.Path, f.Skipped)
+	case f.Encoding == EncodingBase64:
+		return base64.StdEncoding.DecodeString(f.Content)
+	case f.Encoding == EncodingUTF8 || f.Encoding == "":
+		return []byte(f.Content), nil
+	}
+	return nil, fmt.Errorf("%s: unknown encoding %q", f.Path, f.Encoding)
+}
+
+// Encodings of file content on the wire.
+const (
+	EncodingUTF8   = "utf-8"
+	EncodingBase64 = "base64"
+)
+
+// EncodeContent is the wire form of a file's content: the text itself when
+// it is valid UTF-8 and escaping it for JSON does not double it, else
+// base64. So every byte survives JSON, text stays readable, and a file of
+// control characters (six bytes each once escaped) cannot grow an answer
+// more than twofold.
+func EncodeContent(b []byte) (content, encoding string) {
+	if utf8.Valid(b) && jsonStringLen(b) <= 2*len(b) {
+		return string(b), EncodingUTF8
+	}
+	return base64.StdEncoding.EncodeToString(b), EncodingBase64
+}
+
+// jsonStringLen is the length of valid UTF-8 b as the inside of a JSON
+// string, as encoding/json writes it without HTML escaping.
+func jsonStringLen(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		b = b[size:]
+		switch {
+		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+			n += 2
+		case r < 0x20 || r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+	}
+	return n
+}
+
+// doubleStar is the pattern component that matches any number of
+// directories, none included.
+const doubleStar = "**"
+
+// ValidatePattern reports whether p may name outputs: a path as
+// ValidatePath allows (so no pattern can reach outside the working
+// directory), whose components are path.Match patterns ("*.png",
+// "run-?.csv", "[ab].txt") or "**", any number of directories.
+func ValidatePattern(p string) error {
+	return checkRelative(p, "pattern", func(c string) error {
+		if _, err := path.Match(c, ""); err != nil {
+			return fmt.Errorf("bad component %q: %w", c, err)
+		}
+		return nil
+	})
+}
+
+// checkOutputs validates a job's patterns before anything runs.
+func checkOutputs(patterns []string) error {
+	if len(patterns) > MaxOutputPatterns {
+		return fmt.Errorf("%d output patterns, over the limit of %d", len(patterns), MaxOutputPatterns)
+	}
+	var errs []error
+	for _, p := range patterns {
+		if err := ValidatePattern(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// matcher matches a walk's entries against the patterns, one component at
+// a time, so that the walk enters only directories some pattern can match
+// below.
+type matcher struct{ pats [][]string }
+
+// mstate is a position in one pattern: component i is next.
+type mstate struct{ p, i int }
+
+func newMatcher(patterns []string) *matcher {
+	m := &matcher{}
+	for _, p := range patterns {
+		m.pats = append(m.pats, strings.Split(p, "/"))
+	}
+	return m
+}
+
+// start is the states at the top of the working directory.
+func (m *matcher) start() []mstate {
+	var s []mstate
+	for p := range m.pats {
+		s = m.add(s, mstate{p, 0})
+	}
+	return s
+}
+
+// add appends st, and, since "**" may match no directory at all, the
+// states past each "**" it stands on.
+func (m *matcher) add(states []mstate, st mstate) []mstate {
+	for {
+		for _, have := range states {
+			if have == st {
+				return states
+			}
+		}
+		states = append(states, st)
+		cs := m.pats[st.p]
+		if cs[st.i] != doubleStar || st.i+1 == len(cs) {
+			return states
+		}
+		st.i++
+	}
+}
+
+// step matches an entry named name against states. match: some pattern
+// ends at it; named: one ends at it with a component other than "**", so
+// that naming a directory there is worth reporting; next: the states for
+// the entry's children if it is a directory (none: do not enter it).
+func (m *matcher) step(states []mstate, name string) (match, named bool, next []mstate) {
+	for _, st := range states {
+		cs := m.pats[st.p]
+		last := st.i == len(cs)-1
+		switch c := cs[st.i]; {
+		case c == doubleStar:
+			match = match || last
+			next = m.add(next, st)
+		case matchComponent(c, name):
+			if last {
+				match, named = true, true
+			} else {
+				next = m.add(next, mstate{st.p, st.i + 1})
+			}
+		}
+	}
+	return match, named, next
+}
+
+// matchComponent is path.Match on one component; ValidatePattern has
+// refused every pattern it would call malformed.
+func matchComponent(pattern, name string) bool {
+	ok, _ := path.Match(pattern, name)
+	return ok
+}
