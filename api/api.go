@@ -21,6 +21,12 @@ const (
 	// DefaultMaxBody bounds a request body (1 MiB) so a client cannot make
 	// the service buffer arbitrary amounts of memory.
 	DefaultMaxBody = 1 << 20
+	// MaxResultBytes bounds a result's JSON, as a reader of a runner's
+	// answer allows it (about 38 MiB): both streams at JSON's worst (six
+	// bytes a byte), the output files' content at its worst (twice, see
+	// exec.EncodeContent), and a full listing of the longest paths.
+	MaxResultBytes = 2*6*exec.DefaultMaxOutput + 2*exec.MaxOutputBytes +
+		exec.MaxOutputEntries*(6*exec.MaxPathLen+128) + 64<<10
 )
 
 // ExecuteRequest is the body of POST /v1/execute.
@@ -28,6 +34,9 @@ type ExecuteRequest struct {
 	Code     string `json:"code"`
 	TimeoutS *int   `json:"timeout_s,omitempty"`
 	Files    []File `json:"files,omitempty"`
+	// Outputs are patterns of files to hand back after the run, relative to
+	// the working directory: "*.png", "out/**" (see exec.ValidatePattern).
+	Outputs []string `json:"outputs,omitempty"`
 }
 
 // File is an input file as sent on the wire. Encoding is "" or "utf-8" for

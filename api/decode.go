@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandboxd/sandbox/exec"
 )
@@ -25,10 +24,10 @@ const (
 	MaxFilesBytes = exec.MaxFilesBytes
 )
 
-// Encodings a File may name.
+// Encodings a File may name: exec's, which writes output files in them.
 const (
-	EncodingUTF8   = "utf-8"
-	EncodingBase64 = "base64"
+	EncodingUTF8   = exec.EncodingUTF8
+	EncodingBase64 = exec.EncodingBase64
 )
 
 // Decode reads one ExecuteRequest from r and returns the validated job. Every
@@ -63,7 +62,7 @@ func Decode(r io.Reader) (exec.Job, error) {
 
 // Field names of the request and of a file, exactly as spelled on the wire.
 var (
-	requestKeys = map[string]bool{"code": true, "timeout_s": true, "files": true}
+	requestKeys = map[string]bool{"code": true, "timeout_s": true, "files": true, "outputs": true}
 	fileKeys    = map[string]bool{"path": true, "content": true, "encoding": true}
 )
 
@@ -160,7 +159,25 @@ func (req *ExecuteRequest) Job() (exec.Job, error) {
 	if err != nil {
 		return exec.Job{}, err
 	}
-	return exec.Job{Code: req.Code, Timeout: time.Duration(timeoutS) * time.Second, Files: files}, nil
+	if err := checkOutputs(req.Outputs); err != nil {
+		return exec.Job{}, err
+	}
+	return exec.Job{Code: req.Code, Timeout: time.Duration(timeoutS) * time.Second, Files: files,
+		Outputs: req.Outputs}, nil
+}
+
+// checkOutputs refuses output patterns the runner would: too many, or one
+// that could name a file outside the working directory.
+func checkOutputs(patterns []string) error {
+	if len(patterns) > exec.MaxOutputPatterns {
+		return Errorf(http.StatusBadRequest, "too many outputs: %d patterns, at most %d", len(patterns), exec.MaxOutputPatterns)
+	}
+	for i, p := range patterns {
+		if err := exec.ValidatePattern(p); err != nil {
+			return Errorf(http.StatusBadRequest, "outputs[%d]: %v", i, err)
+		}
+	}
+	return nil
 }
 
 func decodeFiles(in []File) ([]exec.File, error) {
@@ -240,7 +257,7 @@ func decodeError(err error) error {
 	}
 	// encoding/json reports unknown fields only as text.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return Errorf(http.StatusBadRequest, "unknown field %s: the fields are code, timeout_s and files (path, content, encoding)", name)
+		return Errorf(http.StatusBadRequest, "unknown field %s: the fields are code, timeout_s, files (path, content, encoding) and outputs", name)
 	}
 	if !strings.HasPrefix(err.Error(), "json: ") {
 		// The reader's own error: the client went away or sent a broken
@@ -284,6 +301,7 @@ func FromJob(job exec.Job) ExecuteRequest {
 			req.Files[i] = FileOf(f.Path, f.Content)
 		}
 	}
+	req.Outputs = job.Outputs
 	return req
 }
 
@@ -293,13 +311,15 @@ func TimeoutS(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
 }
 
-// FileOf is the wire form of a file with content: text when it is valid
-// UTF-8, else base64, so that every byte survives JSON.
+// FileOf is the wire form of a file with content, by the rule output files
+// follow too (exec.EncodeContent): text when it is valid UTF-8, else base64,
+// so that every byte survives JSON.
 func FileOf(path string, content []byte) File {
-	if utf8.Valid(content) {
-		return File{Path: path, Content: string(content)}
+	c, enc := exec.EncodeContent(content)
+	if enc == EncodingUTF8 {
+		enc = "" // the default
 	}
-	return File{Path: path, Content: base64.StdEncoding.EncodeToString(content), Encoding: EncodingBase64}
+	return File{Path: path, Content: c, Encoding: enc}
 }
 
 // Encode returns the JSON body for req; the pool and the client use it.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,8 @@ func TestDecodeAccepts(t *testing.T) {
 			exec.Job{Code: "x", Timeout: 20 * time.Second}},
 		{"null files and timeout", `{"code":"x","files":null,"timeout_s":null}`,
 			exec.Job{Code: "x", Timeout: 20 * time.Second}},
+		{"output patterns", `{"code":"x","outputs":["*.png","out/**"]}`,
+			exec.Job{Code: "x", Timeout: 20 * time.Second, Outputs: []string{"*.png", "out/**"}}},
 		{"nested values are skipped whole", `{"files":[{"content":"{\"path\":1}","path":"a"}],"code":"{}"}`,
 			exec.Job{Code: "{}", Timeout: 20 * time.Second, Files: []exec.File{{Path: "a", Content: []byte(`{"path":1}`)}}}},
 	}
@@ -83,7 +86,12 @@ func TestDecodeRejects(t *testing.T) {
 		{"string body", `"print(1)"`, "must be a JSON object, not string"},
 		{"unknown field", `{"code":"x","timeout":5}`, `unknown field "timeout"`},
 		{"unknown file field", `{"code":"x","files":[{"path":"a","content":"","mode":"0755"}]}`, `unknown field "mode"`},
-		{"field in another case", `{"Code":"x"}`, `unknown field "Code": field names are lower case: code, files, timeout_s`},
+		{"field in another case", `{"Code":"x"}`, `unknown field "Code": field names are lower case: code, files, outputs, timeout_s`},
+		{"output pattern leaving the directory", `{"code":"x","outputs":["*.png","../*"]}`, `outputs[1]: pattern "../*" has a ".." component`},
+		{"absolute output pattern", `{"code":"x","outputs":["/etc/*"]}`, `outputs[0]: pattern "/etc/*" is absolute`},
+		{"malformed output pattern", `{"code":"x","outputs":["[a"]}`, `outputs[0]: pattern "[a": bad component`},
+		{"outputs not a list", `{"code":"x","outputs":"*.png"}`, `field "outputs": expected an array`},
+		{"too many outputs", `{"code":"x","outputs":[` + strings.Repeat(`"a",`, exec.MaxOutputPatterns) + `"a"]}`, "too many outputs"},
 		{"file field in another case", `{"code":"x","files":[{"path":"a","content":""},{"PATH":"b","content":""}]}`, `unknown field "files[1].PATH"`},
 		{"duplicate field", `{"code":"x","timeout_s":5,"code":"y"}`, `field "code" given twice`},
 		{"duplicate file field", `{"code":"x","files":[{"path":"a","path":"b","content":""}]}`, `field "files[0].path" given twice`},
@@ -165,7 +173,7 @@ func TestFromJobRoundTrip(t *testing.T) {
 		{Path: "text.csv", Content: []byte("a,b\n1,2\n")},
 		{Path: "raw/blob", Content: []byte{0xff, 0xfe, 0, 1}},
 		{Path: "html", Content: []byte("<a href='x'>&</a>")},
-	}}
+	}, Outputs: []string{"out/*.csv"}}
 	req := FromJob(job)
 	if req.Files[0].Encoding != "" || req.Files[1].Encoding != EncodingBase64 {
 		t.Errorf("encodings = %q, %q; want text as is and bytes as base64", req.Files[0].Encoding, req.Files[1].Encoding)
@@ -233,7 +241,7 @@ func FuzzDecode(f *testing.F) {
 
 // jobsEqual compares jobs treating nil and empty contents alike.
 func jobsEqual(a, b exec.Job) bool {
-	if a.Code != b.Code || a.Timeout != b.Timeout || len(a.Files) != len(b.Files) {
+	if a.Code != b.Code || a.Timeout != b.Timeout || len(a.Files) != len(b.Files) || !slices.Equal(a.Outputs, b.Outputs) {
 		return false
 	}
 	for i := range a.Files {

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/sandboxd/sandbox/api"
 )
 
 // DialFunc opens a connection to a sandbox pod's runner; tests swap it.
@@ -26,9 +28,9 @@ const dialTimeout = 2 * time.Second
 // answers the probes however long the code runs.
 var podKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
 
-// maxResultBytes bounds a runner's answer: two 1 MiB streams, JSON-escaped
-// (up to six bytes per byte), plus the envelope.
-const maxResultBytes = 16 << 20
+// maxResultBytes bounds a runner's answer: its streams and output files at
+// their worst.
+const maxResultBytes = api.MaxResultBytes
 
 // dialError marks a failure to connect: the job never reached the runner,
 // so it is safe to try another pod.

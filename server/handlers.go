@@ -158,9 +158,13 @@ func (s *Server) record(e *execution) {
 		attrs = append(attrs,
 			slog.Int("timeout_s", int(e.job.Timeout/time.Second)),
 			slog.Int("files", len(e.job.Files)),
+			slog.Int("outputs", len(e.job.Outputs)),
 			slog.Int("code_bytes", len(e.job.Code)))
 	}
 	if e.status == http.StatusOK {
+		u := e.result.Usage
+		s.metrics.cpu.Observe(float64(u.CPUMS) / 1000)
+		s.metrics.maxRSS.Observe(float64(u.MaxRSSKiB) * 1024)
 		attrs = append(attrs,
 			slog.String("sandbox_id", e.result.SandboxID),
 			slog.Int("exit_code", e.result.ExitCode),
@@ -168,7 +172,10 @@ func (s *Server) record(e *execution) {
 			slog.Int("stdout_bytes", len(e.result.Stdout)),
 			slog.Int("stderr_bytes", len(e.result.Stderr)),
 			slog.Bool("stdout_truncated", e.result.StdoutTruncated),
-			slog.Bool("stderr_truncated", e.result.StderrTruncated))
+			slog.Bool("stderr_truncated", e.result.StderrTruncated),
+			slog.Int64("cpu_ms", u.CPUMS),
+			slog.Int64("max_rss_kib", u.MaxRSSKiB),
+			slog.Int("output_files", len(e.result.Files)))
 	}
 	level := slog.LevelInfo
 	if e.err != nil {

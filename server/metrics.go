@@ -13,9 +13,20 @@ import (
 // allowed (60 s).
 var durationBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60}
 
+// cpuBuckets span a trivial snippet's CPU (a few ms of interpreter start)
+// to a minute of it; a run may use more CPU than its time where it has
+// several.
+var cpuBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+
+// rssBuckets span bare python3 (about 10 MiB) to the local backend's 1 GiB
+// limit, doubling.
+var rssBuckets = prometheus.ExponentialBuckets(8<<20, 2, 8)
+
 type metrics struct {
 	executions *prometheus.CounterVec
 	duration   prometheus.Histogram
+	cpu        prometheus.Histogram
+	maxRSS     prometheus.Histogram
 	inFlight   prometheus.Gauge
 	// inFlightCount mirrors inFlight for the shutdown log.
 	inFlightCount atomic.Int64
@@ -32,12 +43,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to answer POST /v1/execute for requests that reached the backend, waiting for a sandbox included.",
 			Buckets: durationBuckets,
 		}),
+		cpu: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbox_execution_cpu_seconds",
+			Help:    "CPU time (user and system) of each run that produced a result, all its processes together.",
+			Buckets: cpuBuckets,
+		}),
+		maxRSS: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbox_execution_max_rss_bytes",
+			Help:    "Peak resident memory of the largest process of each run that produced a result.",
+			Buckets: rssBuckets,
+		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandbox_executions_in_flight",
 			Help: "Requests to POST /v1/execute being answered now.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.executions, m.duration, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.executions, m.duration, m.cpu, m.maxRSS, m.inFlight} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}

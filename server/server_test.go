@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -98,7 +99,7 @@ func TestExecuteOK(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got != fb.result {
+	if !reflect.DeepEqual(got, fb.result) {
 		t.Errorf("result = %+v, want %+v", got, fb.result)
 	}
 	if len(fb.jobs) != 1 || fb.jobs[0].Timeout != 5*time.Second || fb.jobs[0].Code != "print('SECRET-CODE')" {
@@ -257,7 +258,7 @@ func TestHealthAndReady(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	fb := &fakeBackend{result: exec.Result{ExitCode: 0}}
+	fb := &fakeBackend{result: exec.Result{ExitCode: 0, Usage: exec.Usage{CPUMS: 300, MaxRSSKiB: 20 << 10}}}
 	s, _ := newTestServer(t, fb, 0)
 	if !fb.registered {
 		t.Error("New did not let the backend register its metrics")
@@ -276,6 +277,10 @@ func TestMetrics(t *testing.T) {
 		`sandbox_executions_total{outcome="rejected"} 1`,
 		`sandbox_executions_total{outcome="timeout"} 0`,
 		`sandbox_execution_duration_seconds_count 2`,
+		`sandbox_execution_cpu_seconds_bucket{le="0.25"} 0`,
+		`sandbox_execution_cpu_seconds_bucket{le="0.5"} 2`,
+		`sandbox_execution_max_rss_bytes_bucket{le="1.6777216e+07"} 0`,
+		`sandbox_execution_max_rss_bytes_bucket{le="3.3554432e+07"} 2`,
 		`sandbox_executions_in_flight 0`,
 		`fake_backend_total 0`,
 		`process_resident_memory_bytes `,
