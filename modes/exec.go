@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/exec"
 )
 
 // Exit codes of `sandbox exec` that are not the snippet's own.
@@ -24,12 +25,14 @@ const (
 
 // ExecCmd sends one snippet to a sandbox service and prints its output.
 type ExecCmd struct {
-	URL     string        `env:"SANDBOX_URL" default:"http://${listen}" help:"Base URL of the sandbox service."`
-	Code    string        `short:"c" help:"Python code to run."`
-	Source  string        `arg:"" optional:"" name:"file" help:"File holding the code to run; - reads standard input."`
-	Timeout time.Duration `help:"Time limit of the snippet (whole seconds, at most ${max_timeout}; default ${timeout}), or of the --call (at most ${max_call_timeout}; default ${call_timeout})."`
-	Files   []string      `name:"file" short:"f" sep:"none" placeholder:"PATH[=LOCAL]" help:"Input file put at PATH in the sandbox's working directory, read from LOCAL (default: PATH). Repeatable."`
-	JSON    bool          `name:"json" help:"Print the result as JSON and exit 0 when the snippet ran, whatever its exit code."`
+	URL       string        `env:"SANDBOX_URL" default:"http://${listen}" help:"Base URL of the sandbox service."`
+	Code      string        `short:"c" help:"Python code to run."`
+	Source    string        `arg:"" optional:"" name:"file" help:"File holding the code to run; - reads standard input."`
+	Timeout   time.Duration `help:"Time limit of the snippet (whole seconds, at most ${max_timeout}; default ${timeout}), or of the --call (at most ${max_call_timeout}; default ${call_timeout})."`
+	Files     []string      `name:"file" short:"f" sep:"none" placeholder:"PATH[=LOCAL]" help:"Input file put at PATH in the sandbox's working directory, read from LOCAL (default: PATH). Repeatable."`
+	JSON      bool          `name:"json" help:"Print the result as JSON and exit 0 when the snippet ran, whatever its exit code."`
+	Outputs   []string      `name:"output" sep:"none" placeholder:"PATTERN" help:"Bring back the files of the sandbox's working directory that match PATTERN ('out/*', '*.png', '**/*.csv'; * also matches dot files, ** any number of directories) and write them under --output-dir. Repeatable."`
+	OutputDir string        `name:"output-dir" placeholder:"DIR" help:"Where --output files are written, made if missing (default: the current directory). Nothing is written outside it, and no symlink in it is followed."`
 
 	CallFlags `embed:"" group:"tool calls"`
 }
@@ -49,6 +52,13 @@ func (c *ExecCmd) Validate() error {
 		return errors.New("no code: give -c CODE, a FILE, or - for standard input")
 	case c.Timeout != 0 && c.Timeout < time.Second:
 		return fmt.Errorf("--timeout %s: at least 1s", c.Timeout)
+	case c.OutputDir != "" && len(c.Outputs) == 0:
+		return errors.New("--output-dir goes with --output PATTERN")
+	}
+	for _, p := range c.Outputs {
+		if err := exec.ValidatePattern(p); err != nil {
+			return fmt.Errorf("--output: %w", err)
+		}
 	}
 	return nil
 }
@@ -72,12 +82,21 @@ func (c *ExecCmd) Run(d *Deps) error {
 		fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
 		return &ExitError{Code: exitNotRun}
 	}
+	saveErr := c.saveOutputs(d.Stderr, res)
 	if c.JSON {
-		return printJSON(d.Stdout, res)
+		if err := printJSON(d.Stdout, res); err != nil {
+			return err
+		}
+		if saveErr != nil {
+			return &ExitError{Code: 1}
+		}
+		return nil
 	}
 	io.WriteString(d.Stdout, res.Stdout)
 	io.WriteString(d.Stderr, res.Stderr)
 	switch {
+	case saveErr != nil && !res.TimedOut && res.ExitCode == 0:
+		return &ExitError{Code: 1}
 	case res.TimedOut:
 		return &ExitError{Code: exitTimedOut}
 	case res.ExitCode == 0:
@@ -110,7 +129,7 @@ func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
 	if c.Timeout == 0 {
 		timeout = api.DefaultTimeoutS
 	}
-	req := api.ExecuteRequest{Code: code, TimeoutS: &timeout}
+	req := api.ExecuteRequest{Code: code, TimeoutS: &timeout, Outputs: c.Outputs}
 	for _, spec := range c.Files {
 		dst, src, ok := strings.Cut(spec, "=")
 		if !ok {
@@ -126,6 +145,39 @@ func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
 		req.Files = append(req.Files, api.FileOf(dst, b))
 	}
 	return req, nil
+}
+
+// saveOutputs writes the files that came back under --output-dir and says
+// on stderr what did not come back and why. Its error is already reported.
+func (c *ExecCmd) saveOutputs(stderr io.Writer, res api.Result) error {
+	if len(c.Outputs) == 0 {
+		return nil
+	}
+	for _, f := range res.Files {
+		switch {
+		case f.Omitted:
+			fmt.Fprintf(stderr, "sandbox: %s: not brought back (%d bytes, past the limit of %d files and %d bytes)\n",
+				f.Path, f.Size, exec.MaxOutputFiles, exec.MaxOutputBytes)
+		case f.Skipped != "":
+			fmt.Fprintf(stderr, "sandbox: %s: not brought back: %s\n", f.Path, f.Skipped)
+		}
+	}
+	if res.FilesIncomplete {
+		fmt.Fprintln(stderr, "sandbox: some matching files were not brought back (over the limits)")
+	}
+	dir := c.OutputDir
+	if dir == "" {
+		dir = "."
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "sandbox: exec: %v\n", err)
+		return err
+	}
+	_, err := client.SaveFiles(dir, res.Files)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbox: exec: %v\n", err)
+	}
+	return err
 }
 
 // describe says what went wrong in words a CLI user can act on.

@@ -24,8 +24,8 @@ type CallFlags struct {
 
 func (c *ExecCmd) validateCall() error {
 	switch {
-	case c.Code != "" || c.Source != "" || len(c.Files) > 0:
-		return errors.New("--call runs a function of the image: no code, file or --file with it")
+	case c.Code != "" || c.Source != "" || len(c.Files) > 0 || len(c.Outputs) > 0 || c.OutputDir != "":
+		return errors.New("--call runs a function of the image: no code, file, --file or --output with it")
 	case c.Image == "":
 		return errors.New("--call needs --image, the agent's image the function is in")
 	case c.Timeout != 0 && c.Timeout < time.Second:

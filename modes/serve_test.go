@@ -136,6 +136,31 @@ func TestExecJSON(t *testing.T) {
 	}
 }
 
+// TestExecOutputs: --output brings files back into --output-dir, says
+// what it left out and why, and a symlink the snippet made comes back as a
+// note, not a file.
+func TestExecOutputs(t *testing.T) {
+	url := startServe(t)
+	dir := filepath.Join(t.TempDir(), "made")
+	code := "import os\nos.makedirs('out/d')\nopen('out/r.csv','w').write('a\\n1\\n')\n" +
+		"open('out/d/p.bin','wb').write(b'\\x89PNG')\nos.symlink('/etc/passwd', 'out/leak')\nprint('ok')\n"
+	exit, stdout, stderr := runExec(t, url, "--output", "out/**", "--output-dir", dir, "-c", code)
+	if exit != 0 || stdout != "ok\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", exit, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "out/leak: not brought back: symlink") {
+		t.Errorf("stderr %q does not name the symlink", stderr)
+	}
+	for p, want := range map[string]string{"out/r.csv": "a\n1\n", "out/d/p.bin": "\x89PNG"} {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v", p, b, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "out/leak")); err == nil {
+		t.Error("out/leak written")
+	}
+}
+
 func TestExecUnreachable(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	url := "http://" + ln.Addr().String()
@@ -151,6 +176,9 @@ func TestExecFlags(t *testing.T) {
 		{"exec"},
 		{"exec", "-c", "pass", "file.py"},
 		{"exec", "--timeout", "500ms", "-c", "pass"},
+		{"exec", "--output", "../*", "-c", "pass"},
+		{"exec", "--output-dir", "d", "-c", "pass"},
+		{"exec", "--call", "m:f", "--image", "i", "--output", "*"},
 	} {
 		var cli CLI
 		p, err := kong.New(&cli, kong.Name("sandbox"), vars())
