@@ -2,8 +2,9 @@
 
 Two things an agent needs, standard library only:
 
-- ``run_python(code, files=None, timeout_s=None) -> Result``: run model-written
-  code in a fresh one-use sandbox. ``RUN_PYTHON_TOOL`` (Anthropic) and
+- ``run_python(code, files=None, timeout_s=None, outputs=None) -> Result``: run
+  model-written code in a fresh one-use sandbox; the files named by
+  ``outputs`` come back in ``Result.files`` (``save_files`` writes them). ``RUN_PYTHON_TOOL`` (Anthropic) and
   ``RUN_PYTHON_TOOL_OPENAI`` describe it to a model; ``handle_run_python``
   runs a model's call and ``result_text`` says what happened in words.
 - ``@sandboxed``: the agent's own tool functions run in a one-use pod of the
@@ -25,7 +26,8 @@ from .errors import (
     SandboxUnavailable,
     ToolCallFailed,
 )
-from .results import CallResult, RemoteError, Result
+from .outputs import save_files
+from .results import CallResult, OutputFile, RemoteError, Result, Usage
 from .snippets import (
     RUN_PYTHON_DESCRIPTION,
     RUN_PYTHON_PARAMETERS,
@@ -42,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CallResult",
     "Client",
+    "OutputFile",
     "RUN_PYTHON_DESCRIPTION",
     "RUN_PYTHON_PARAMETERS",
     "RUN_PYTHON_TOOL",
@@ -53,9 +56,11 @@ __all__ = [
     "SandboxRequestError",
     "SandboxUnavailable",
     "ToolCallFailed",
+    "Usage",
     "handle_run_python",
     "result_text",
     "run_python",
+    "save_files",
     "sandboxed",
     "tool_sandbox_enabled",
 ]

@@ -93,6 +93,7 @@ class Client:
         code: str,
         files: Optional[FilesArg] = None,
         timeout_s: Optional[int] = None,
+        outputs: Optional[Sequence[str]] = None,
     ) -> Result:
         """Run one Python snippet in a fresh sandbox and return its Result.
 
@@ -111,6 +112,8 @@ class Client:
             payload["timeout_s"] = _timeout(timeout_s)
         if files is not None:
             payload["files"] = encode_files(files)
+        if outputs is not None:
+            payload["outputs"] = _outputs(outputs)
         obj = self._post("/v1/execute", payload, timeout_s or EXECUTE_DEFAULT_TIMEOUT_S, EXECUTE_OVERHEAD_S)
         try:
             return Result.from_json(obj)
@@ -245,6 +248,15 @@ def encode_files(files: FilesArg) -> List[Dict[str, str]]:
             raise TypeError(f"files[{i}]: unknown key(s) {sorted(extra)}: want path, content, encoding")
         out.append(entry)
     return out
+
+
+def _outputs(outputs: Any) -> List[str]:
+    if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence):
+        raise TypeError(f"outputs must be a list of patterns such as ['*.png'], not {type(outputs).__name__}")
+    for i, p in enumerate(outputs):
+        if not isinstance(p, str):
+            raise TypeError(f"outputs[{i}] must be a str, not {type(p).__name__}")
+    return list(outputs)
 
 
 def _timeout(t: Any) -> int:

@@ -8,6 +8,8 @@ later are ignored, so a newer service still works with this client.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
@@ -17,6 +19,99 @@ from .errors import RemoteToolError, ToolCallFailed
 class MalformedAnswer(ValueError):
     """An answer that is not what the API promises (internal: the client
     turns it into SandboxUnavailable)."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a run's processes used, as the kernel counted it.
+
+    Attributes:
+        cpu_ms: user and system CPU time of all its processes.
+        max_rss_kib: peak resident memory of its largest process.
+        processes: processes and threads it started; 0 where the service
+            cannot count them (its local backend).
+    """
+
+    cpu_ms: int
+    max_rss_kib: int
+    processes: int
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Usage:
+        o = _object(obj, "usage")
+        return cls(**{name: _field(o, name, int, "usage.") for name in ("cpu_ms", "max_rss_kib", "processes")})
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file of the sandbox's working directory that matched ``outputs``.
+
+    Either it came back (``data()`` gives its bytes, ``text()`` its text),
+    or it was ``omitted`` (over the service's bounds: 100 files, 10 MiB in
+    all; ``size`` says how big it is), or ``skipped`` (not a regular file of
+    the run's, such as a symlink or a FIFO, never read: the reason).
+
+    Attributes:
+        path: relative to the working directory, "/"-separated; never
+            absolute and never with a ".." component (an answer with one is
+            refused as malformed).
+        size: its size in bytes (0 when skipped).
+        content: as sent: the text, or base64 when ``encoding`` is "base64";
+            None when omitted or skipped.
+        encoding: "utf-8" or "base64"; None when omitted or skipped.
+        omitted: it matched, but the bounds had no room for it.
+        skipped: why a match was not read ("symlink", "fifo", ...), or None.
+    """
+
+    path: str
+    size: int
+    content: Optional[str] = None
+    encoding: Optional[str] = None
+    omitted: bool = False
+    skipped: Optional[str] = None
+
+    @property
+    def returned(self) -> bool:
+        """True when the file's content came back."""
+        return self.content is not None
+
+    def data(self) -> bytes:
+        """The file's bytes; ValueError when it did not come back."""
+        if self.content is None:
+            why = f"omitted ({self.size} bytes, over the bounds)" if self.omitted else f"skipped ({self.skipped})"
+            raise ValueError(f"{self.path}: {why}")
+        if self.encoding == "base64":
+            return base64.b64decode(self.content, validate=True)
+        return self.content.encode("utf-8")
+
+    def text(self, encoding: str = "utf-8") -> str:
+        """The file's content as text."""
+        return self.data().decode(encoding)
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> OutputFile:
+        o = _object(obj, where)
+        p = _field(o, "path", str, where + ".")
+        parts = p.split("/")
+        if not p or p.startswith("/") or "\0" in p or any(c in ("", ".", "..") for c in parts):
+            raise MalformedAnswer(f"{where}.path {p!r} is not a path inside the working directory")
+        omitted = o.get("omitted", False) is True
+        skipped = o.get("skipped")
+        if skipped is not None and not isinstance(skipped, str):
+            raise MalformedAnswer(f'field "{where}.skipped" is not a string')
+        size = _field(o, "size", int, where + ".") if "size" in o or not skipped else 0
+        if omitted or skipped:
+            return cls(path=p, size=size, omitted=omitted, skipped=skipped)
+        content = _field(o, "content", str, where + ".")
+        encoding = _field(o, "encoding", str, where + ".")
+        if encoding not in ("utf-8", "base64"):
+            raise MalformedAnswer(f"{where}.encoding {encoding!r}: want utf-8 or base64")
+        f = cls(path=p, size=size, content=content, encoding=encoding)
+        try:
+            f.data()
+        except (binascii.Error, ValueError) as e:
+            raise MalformedAnswer(f"{where}: content is not valid {encoding}: {e}") from None
+        return f
 
 
 @dataclass(frozen=True)
@@ -38,6 +133,13 @@ class Result:
         stderr_truncated: the same for stderr.
         timed_out: the run hit its deadline and every process of it was killed.
         oom_killed: the run was killed for using too much memory.
+        files: the files that matched ``outputs``, in a stable order (empty
+            when none did or none were asked for); also after a timeout or
+            an out-of-memory kill.
+        files_incomplete: some matching file did not come back with its
+            content (see OutputFile.omitted).
+        usage: CPU and memory the run used; None from a service too old to
+            say.
     """
 
     sandbox_id: str
@@ -49,6 +151,9 @@ class Result:
     stderr_truncated: bool
     timed_out: bool
     oom_killed: bool
+    files: Tuple[OutputFile, ...] = ()
+    files_incomplete: bool = False
+    usage: Optional[Usage] = None
 
     @property
     def ok(self) -> bool:
@@ -59,7 +164,17 @@ class Result:
     def from_json(cls, obj: Any) -> Result:
         """Parse the JSON object of a 200 answer; MalformedAnswer if it is not one."""
         o = _object(obj)
-        return cls(**{name: _field(o, name, typ) for name, typ in _RESULT_FIELDS.items()})
+        fields: Dict[str, Any] = {name: _field(o, name, typ) for name, typ in _RESULT_FIELDS.items()}
+        files = o.get("files")
+        if files is not None:
+            if not isinstance(files, list):
+                raise MalformedAnswer(f'field "files" is a JSON {_json_type(files)}, want array')
+            fields["files"] = tuple(OutputFile.from_json(f, f"files[{i}]") for i, f in enumerate(files))
+        if "files_incomplete" in o:
+            fields["files_incomplete"] = _field(o, "files_incomplete", bool)
+        if o.get("usage") is not None:
+            fields["usage"] = Usage.from_json(o["usage"])
+        return cls(**fields)
 
 
 _RESULT_FIELDS: Dict[str, Type[Any]] = {

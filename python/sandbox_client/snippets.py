@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import Client, FilesArg
 from .errors import SandboxRequestError
+from .outputs import save_files
 from .results import Result
 
 
@@ -15,6 +16,7 @@ def run_python(
     files: Optional[FilesArg] = None,
     timeout_s: Optional[int] = None,
     *,
+    outputs: Optional[Sequence[str]] = None,
     client: Optional[Client] = None,
 ) -> Result:
     """Run Python code in a fresh, one-use sandbox and return its Result.
@@ -27,6 +29,12 @@ def run_python(
             list of ``{"path", "content", "encoding"}``.
         timeout_s: the run's deadline in whole seconds (1 to 60; the service's
             default is 20).
+        outputs: files to bring back after the run, as patterns relative to
+            the working directory: ``["*.png", "out/**"]`` (``*`` within one
+            directory, dot files included; ``**`` any number of them). They
+            come back in ``Result.files`` (at most 100 files and 10 MiB in
+            all; see OutputFile), also after a timeout; ``save_files``
+            writes them to disk.
         client: the Client to use; by default one for ``SANDBOX_URL``.
 
     A snippet that fails is still a Result (see ``exit_code``,
@@ -37,19 +45,23 @@ def run_python(
             timed out, 5xx, a malformed answer, 503 past the retry budget).
             The code did not run in this process, and never does.
         SandboxRequestError: the service refused the request (4xx), e.g. a
-            file path outside the working directory.
+            file path or an output pattern outside the working directory.
         TypeError: an argument of the wrong type; nothing was sent.
     """
     c = client if client is not None else Client()
-    return c.execute(code, files=files, timeout_s=timeout_s)
+    return c.execute(code, files=files, timeout_s=timeout_s, outputs=outputs)
 
 
 RUN_PYTHON_DESCRIPTION = (
     "Run Python 3 code in a fresh, isolated sandbox and get back its stdout, stderr and exit code. "
     "Use it to compute, parse or transform data exactly instead of guessing. "
+    "numpy, pandas and matplotlib are installed; matplotlib has no screen, so save charts with savefig. "
     "Each call starts from a clean slate: nothing (variables, files, installed state) survives between calls, "
     "so include everything the code needs in one call. There is no network access. "
-    "Print what you want to see; only stdout and stderr come back."
+    "Print what you want to see: stdout and stderr come back to you. "
+    "To hand files to the user (a chart, a result table), write them in the working directory and name them "
+    "in outputs, e.g. [\"chart.png\", \"out/*.csv\"]: they are returned to the user, and you are told their names and "
+    "sizes (and shown short text files), not their bytes."
 )
 
 # The JSON Schema of run_python's arguments, as a model fills them in.
@@ -62,6 +74,14 @@ RUN_PYTHON_PARAMETERS: Dict[str, Any] = {
             "minimum": 1,
             "maximum": 60,
             "description": "Deadline in seconds; the run and every process it started are killed at it. Default 20.",
+        },
+        "outputs": {
+            "type": "array",
+            "description": (
+                "Files to return after the run: patterns relative to the working directory, such as chart.png, "
+                "*.png or out/** (** is any number of directories). At most 100 files and 10 MiB in all."
+            ),
+            "items": {"type": "string"},
         },
         "files": {
             "type": "array",
@@ -103,16 +123,24 @@ RUN_PYTHON_TOOL_OPENAI: Dict[str, Any] = {
 # to 1 MiB of each, which is far more than a model should read in one turn.
 DEFAULT_MAX_CHARS = 20_000
 
+# The largest text output file whose content result_text shows the model;
+# larger ones, and binary ones, are named with their size only.
+SHOWN_FILE_CHARS = 2_000
 
-def result_text(result: Result, max_chars: Optional[int] = DEFAULT_MAX_CHARS) -> str:
+
+def result_text(
+    result: Result, max_chars: Optional[int] = DEFAULT_MAX_CHARS, *, saved_to: Optional[str] = None
+) -> str:
     """The text a model should read back for a run: what went wrong said
-    plainly first, then the exit code, stdout and stderr.
+    plainly first, then the exit code, stdout and stderr, then the output
+    files (their names and sizes; the text of short text files).
 
     Args:
         result: the run.
         max_chars: keep at most this many characters of each stream (its
             head and tail, with a marker saying how much was cut); None keeps
             everything.
+        saved_to: where the files were saved, to say so.
     """
     notes = []
     if result.timed_out:
@@ -138,7 +166,27 @@ def result_text(result: Result, max_chars: Optional[int] = DEFAULT_MAX_CHARS) ->
             tail = max_chars - head
             text = f"{text[:head]}\n[... {len(text) - max_chars} characters cut here to keep this short ...]\n{text[-tail:]}"
         lines.append(f"{name}:\n{text.rstrip(chr(10))}")
+    lines.extend(_files_text(result, saved_to))
     return "\n".join(lines)
+
+
+def _files_text(result: Result, saved_to: Optional[str]) -> List[str]:
+    if not result.files:
+        return []
+    where = f" (saved under {saved_to})" if saved_to else ""
+    lines = [f"files{where}:"]
+    for f in result.files:
+        if f.skipped:
+            lines.append(f"- {f.path}: not returned ({f.skipped})")
+        elif f.omitted:
+            lines.append(f"- {f.path}: {f.size} bytes, not returned: over the limit of 100 files and 10 MiB in all")
+        elif f.encoding == "utf-8" and f.content is not None and len(f.content) <= SHOWN_FILE_CHARS:
+            lines.append(f"- {f.path}: {f.size} bytes, returned; its text:\n{f.content.rstrip(chr(10))}")
+        else:
+            lines.append(f"- {f.path}: {f.size} bytes, returned")
+    if result.files_incomplete:
+        lines.append("Some matching files were not returned: over the limits.")
+    return lines
 
 
 def handle_run_python(
@@ -146,12 +194,16 @@ def handle_run_python(
     *,
     client: Optional[Client] = None,
     max_chars: Optional[int] = DEFAULT_MAX_CHARS,
+    save_dir: Optional[str] = None,
 ) -> str:
     """Run a model's run_python tool call and return the text to send back.
 
     ``arguments`` is the call's input as the SDK gives it: a dict (Anthropic's
     ``tool_use.input``) or a JSON string (OpenAI's
     ``tool_call.function.arguments``).
+
+    Files the model named in ``outputs`` are written under ``save_dir``
+    when it is given (see save_files), and the text names them.
 
     Mistakes in the call (bad arguments, or a request the service refuses
     with a 4xx) come back as text starting with ``error:``, so the model can
@@ -163,12 +215,16 @@ def handle_run_python(
         code = args["code"]
         timeout_s = args.get("timeout_s")
         files = args.get("files")
+        outputs = args.get("outputs")
         c = client if client is not None else Client()
-        result = c.execute(code, files=files, timeout_s=timeout_s)
+        result = c.execute(code, files=files, timeout_s=timeout_s, outputs=outputs)
     except (ValueError, TypeError) as e:
         return f"error: the run_python call was not valid, nothing ran: {e}"
     except SandboxRequestError as e:
         return f"error: the sandbox refused the call, nothing ran: {e.message}"
+    if save_dir is not None and result.files:
+        save_files(result, save_dir)
+        return result_text(result, max_chars=max_chars, saved_to=save_dir)
     return result_text(result, max_chars=max_chars)
 
 
@@ -182,7 +238,7 @@ def _parse_arguments(arguments: Union[str, Mapping[str, Any]]) -> Mapping[str, A
         raise TypeError("arguments must be an object with code")
     unknown = set(arguments) - set(RUN_PYTHON_PARAMETERS["properties"])
     if unknown:
-        raise ValueError(f"unknown argument(s) {sorted(unknown)}: want code, timeout_s, files")
+        raise ValueError(f"unknown argument(s) {sorted(unknown)}: want code, timeout_s, files, outputs")
     if not isinstance(arguments.get("code"), str):
         raise TypeError("code is required and must be a string")
     return arguments

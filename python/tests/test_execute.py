@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import unittest
 from typing import Any, Dict, Optional, Union
 from unittest import mock
@@ -14,6 +15,7 @@ from sandbox_client import (
     handle_run_python,
     result_text,
     run_python,
+    save_files,
 )
 
 from . import sample_tools
@@ -60,6 +62,38 @@ class RunPythonTest(unittest.TestCase):
         self.assertEqual((r.stdout, r.exit_code), ("hi\n", 0))
         self.assertTrue(r.ok)
 
+    def test_outputs_and_usage(self) -> None:
+        r = run_python(
+            "import os\n"
+            "os.makedirs('out')\n"
+            "open('out/r.csv', 'w').write('a,b\\n1,2\\n')\n"
+            "open('chart.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + bytes(100))\n"
+            "os.symlink('/etc/passwd', 'out/leak.csv')\n",
+            outputs=["*.png", "out/*"],
+        )
+        self.assertTrue(r.ok, r)
+        self.assertEqual([f.path for f in r.files], ["chart.png", "out/leak.csv", "out/r.csv"])
+        png, leak, csv = r.files
+        self.assertEqual((png.encoding, png.size, png.data()[:4]), ("base64", 108, b"\x89PNG"))
+        self.assertEqual((csv.text(), csv.encoding), ("a,b\n1,2\n", "utf-8"))
+        self.assertEqual((leak.skipped, leak.returned), ("symlink", False))
+        with self.assertRaises(ValueError):
+            leak.data()
+        self.assertFalse(r.files_incomplete)
+        assert r.usage is not None
+        self.assertGreater(r.usage.cpu_ms, 0)
+        self.assertGreater(r.usage.max_rss_kib, 1000)
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(save_files(r, d), ["chart.png", "out/r.csv"])
+            with open(os.path.join(d, "out", "r.csv")) as f:
+                self.assertEqual(f.read(), "a,b\n1,2\n")
+            self.assertFalse(os.path.lexists(os.path.join(d, "out", "leak.csv")))
+
+    def test_outputs_after_a_timeout(self) -> None:
+        r = run_python("open('part.txt', 'w').write('so far')\nwhile True: pass", timeout_s=1, outputs=["*.txt"])
+        self.assertTrue(r.timed_out)
+        self.assertEqual([(f.path, f.text()) for f in r.files], [("part.txt", "so far")])
+
     def test_every_run_is_a_new_sandbox(self) -> None:
         ids = {run_python("pass").sandbox_id for _ in range(2)}
         self.assertEqual(len(ids), 2)
@@ -89,6 +123,9 @@ class RunPythonTest(unittest.TestCase):
         with self.assertRaises(SandboxRequestError) as cm:
             run_python("print(1)", files={"../escape": "x"})
         self.assertIn("..", cm.exception.message)
+        with self.assertRaises(SandboxRequestError) as cm:
+            run_python("print(1)", outputs=["../*"])
+        self.assertIn("outputs[0]", cm.exception.message)
 
     def test_wrong_argument_types_raise_before_sending(self) -> None:
         with self.assertRaises(TypeError):
@@ -97,6 +134,10 @@ class RunPythonTest(unittest.TestCase):
             run_python("print(1)", timeout_s=1.5)  # type: ignore[arg-type]
         with self.assertRaises(TypeError):
             run_python("print(1)", files={"a": 1})  # type: ignore[dict-item]
+        with self.assertRaises(TypeError):
+            run_python("print(1)", outputs="*.png")
+        with self.assertRaises(TypeError):
+            run_python("print(1)", outputs=[1])  # type: ignore[list-item]
 
     def test_explicit_client_ignores_the_environment(self) -> None:
         assert serve is not None
@@ -123,6 +164,17 @@ class HandleRunPythonTest(unittest.TestCase):
         )
         self.assertIn("stdout:\n5", text)
 
+    def test_outputs_are_saved_and_named(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            text = handle_run_python(
+                {"code": "open('a.txt', 'w').write('hello')\nopen('b.bin', 'wb').write(bytes(3))", "outputs": ["*"]},
+                client=self.client,
+                save_dir=d,
+            )
+            self.assertIn(f"files (saved under {d}):\n- a.txt: 5 bytes, returned; its text:\nhello\n- b.bin: 3 bytes, returned", text)
+            with open(os.path.join(d, "b.bin"), "rb") as f:
+                self.assertEqual(f.read(), bytes(3))
+
     def test_model_mistakes_come_back_as_text(self) -> None:
         cases: Dict[str, Union[str, Dict[str, Any]]] = {
             "not JSON": "{code:",
@@ -130,6 +182,8 @@ class HandleRunPythonTest(unittest.TestCase):
             "unknown argument": {"code": "1", "cmd": "ls"},
             "refused by the service": {"code": "1", "files": [{"path": "/etc/x", "content": ""}]},
             "timeout out of range": {"code": "1", "timeout_s": 0},
+            "output outside": {"code": "1", "outputs": ["/etc/*"]},
+            "outputs not a list": {"code": "1", "outputs": "*.png"},
         }
         for name, args in cases.items():
             with self.subTest(name):

@@ -68,7 +68,8 @@ class ToolDefinitionTest(unittest.TestCase):
     def test_schema_matches_the_api(self) -> None:
         s = RUN_PYTHON_PARAMETERS
         self.assertEqual((s["type"], s["required"], s["additionalProperties"]), ("object", ["code"], False))
-        self.assertEqual(set(s["properties"]), {"code", "timeout_s", "files"})
+        self.assertEqual(set(s["properties"]), {"code", "timeout_s", "files", "outputs"})
+        self.assertEqual(s["properties"]["outputs"]["items"], {"type": "string"})
         self.assertEqual((s["properties"]["timeout_s"]["minimum"], s["properties"]["timeout_s"]["maximum"]), (1, 60))
         item = s["properties"]["files"]["items"]
         self.assertEqual(set(item["properties"]), {"path", "content", "encoding"})
