@@ -1,6 +1,7 @@
 package modes
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -20,6 +21,12 @@ func (c *RunCmd) Run(d *Deps) error {
 	opts.Dir = c.Workdir
 	if opts.Dir == "" {
 		opts.Dir = kube.Workdir
+	}
+	opts.Env = c.snippetEnv(opts.Dir)
+	if c.SeedTmp != "" {
+		if err := runner.SeedTmp(c.SeedTmp, os.TempDir()); err != nil {
+			return fmt.Errorf("runner: %w", err)
+		}
 	}
 	id := c.SandboxID
 	if id == "" {

@@ -86,3 +86,26 @@ func TestRunFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunSnippetEnv: --snippet-env (SANDBOX_SNIPPET_ENV in the image)
+// reaches the snippet beside the runner's own variables, which it may not
+// change.
+func TestRunSnippetEnv(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "env.py")
+	os.WriteFile(file, []byte("import os\nprint(os.environ['MPLBACKEND'], os.environ['HOME'] != '')\n"), 0o644)
+	var stdout, stderr strings.Builder
+	if code := modes.Main([]string{"run", "--code-file", file, "--snippet-env", "MPLBACKEND=Agg,OTHER=1"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	var res exec.Result
+	json.Unmarshal([]byte(stdout.String()), &res)
+	if res.Stdout != "Agg True\n" {
+		t.Errorf("result = %+v", res)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := modes.Main([]string{"run", "--code-file", file, "--snippet-env", "HOME=/root"}, &stdout, &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "set by the runner itself") {
+		t.Errorf("HOME accepted: exit %d, stderr %q", code, stderr.String())
+	}
+}

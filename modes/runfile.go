@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/local"
+	"github.com/sandboxd/sandbox/runner"
 	"github.com/sandboxd/sandbox/weaken"
 )
 
@@ -30,6 +31,8 @@ type RunCmd struct {
 	SandboxID    string        `name:"sandbox-id" env:"SANDBOX_ID" help:"Sandbox id put in the result when serving (default: the host name, which is the pod name)."`
 	Call         bool          `name:"call" help:"Tool pod entrypoint: serve one POST /v1/call instead, running the tool with the image's own python3 in the image's working directory (the default --workdir here)."`
 	Python       string        `name:"python" placeholder:"PATH" help:"With --call: the interpreter (default python3 from the image's PATH)."`
+	SnippetEnv   []string      `name:"snippet-env" env:"SANDBOX_SNIPPET_ENV" sep:"," placeholder:"NAME=VALUE" help:"Add a variable to the snippet's environment (the sandbox image sets MPLBACKEND and MPLCONFIGDIR this way); not one the runner sets itself. Repeatable."`
+	SeedTmp      string        `name:"seed-tmp" env:"SANDBOX_SEED_TMP" placeholder:"DIR" help:"When serving: before taking the job, recreate DIR's directories in the pod's temporary directory and link its files there (caches the image built read-only, such as matplotlib's font list)."`
 
 	Isolation string `enum:"${isolations}" default:"${isolation}" env:"SANDBOX_ISOLATION" help:"As root, a --code-file snippet runs isolated (its own uid, namespaces, read-only host, private /tmp, cgroups): auto and strict refuse to run it as root any other way; none runs it as a plain process, as root."`
 
@@ -56,7 +59,20 @@ func (c *RunCmd) Validate() error {
 	if _, err := weaken.Parse(c.Unsafe, true); err != nil {
 		return fmt.Errorf("--unsafe: %w", err)
 	}
+	if err := runner.CheckSnippetEnv(c.SnippetEnv); err != nil {
+		return fmt.Errorf("--snippet-env: %w", err)
+	}
 	return nil
+}
+
+// snippetEnv is the snippet's environment for a run working in dir: the
+// runner's default and --snippet-env; nil (exec's default) without the
+// latter.
+func (c *RunCmd) snippetEnv(dir string) []string {
+	if len(c.SnippetEnv) == 0 {
+		return nil
+	}
+	return append(exec.DefaultEnv(dir), c.SnippetEnv...)
 }
 
 // unsafe is the weakenings asked for; Validate has refused any other name.
@@ -92,6 +108,7 @@ func (c *RunCmd) runFile(ctx context.Context, stdout io.Writer) error {
 			return err
 		}
 		opts.Sandbox = sb
+		opts.Env = c.snippetEnv(exec.SandboxDir)
 		if sb.Cgroups != nil && sb.Cgroups.Memory != "" {
 			// The cgroup bounds memory and counts OOM kills; an
 			// address-space cap would only make Python fail earlier.
@@ -106,6 +123,9 @@ func (c *RunCmd) runFile(ctx context.Context, stdout io.Writer) error {
 		opts.Dir = dir
 	} else if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return fmt.Errorf("run: %w", err)
+	}
+	if opts.Sandbox == nil {
+		opts.Env = c.snippetEnv(opts.Dir)
 	}
 	res, err := exec.Run(ctx, exec.Job{Code: code, Timeout: c.Timeout}, opts)
 	if err != nil {

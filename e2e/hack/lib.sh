@@ -91,8 +91,10 @@ can_apt() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; }
 ROOTFS_NODE_PACKAGES="systemd,dbus,conntrack,iptables,nftables,ipset,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps"
 # net: the base of the kube-proxy and kube-router images.
 ROOTFS_NET_PACKAGES="iptables,ipset,conntrack,iproute2,kmod,ca-certificates"
-# sandbox: the snippet runtime; python3, not python3-minimal (no http, ...).
-ROOTFS_SANDBOX_PACKAGES="python3,ca-certificates"
+# sandbox: the snippet runtime; python3, not python3-minimal (no http, ...),
+# and the data-science packages agents use most (their Depends come along;
+# debootstrap installs no Recommends). Keep the Dockerfile's list in step.
+ROOTFS_SANDBOX_PACKAGES="python3,ca-certificates,python3-numpy,python3-pandas,python3-matplotlib"
 
 # rootfs_tar NAME PACKAGES: prints the path of a cached tarball of a minbase
 # Debian root filesystem with PACKAGES, building it with debootstrap first if
