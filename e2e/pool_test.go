@@ -156,12 +156,17 @@ func (r reply) String() string {
 // retries of execute: these tests judge the answer itself. It does not call
 // t, so a goroutine may use it.
 func post(ctx context.Context, base, code string, timeoutS int) (reply, error) {
+	return postRequest(ctx, base, api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+}
+
+// postRequest is post for a whole request (files, outputs).
+func postRequest(ctx context.Context, base string, req api.ExecuteRequest) (reply, error) {
 	cl, err := client.New(base)
 	if err != nil {
 		return reply{}, err
 	}
 	start := time.Now()
-	res, err := cl.Execute(ctx, api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+	res, err := cl.Execute(ctx, req)
 	r := reply{res: res, took: time.Since(start)}
 	if errors.As(err, &r.err) {
 		return r, nil

@@ -24,10 +24,17 @@ import (
 // service says it has no capacity (a warm pool refilling), until ctx ends.
 func execute(ctx context.Context, t *testing.T, base, code string, timeoutS int) api.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(timeoutS)*time.Second+90*time.Second)
+	return executeRequest(ctx, t, base, api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+}
+
+// executeRequest is execute for a whole request (files, outputs); its
+// TimeoutS must be set.
+func executeRequest(ctx context.Context, t *testing.T, base string, req api.ExecuteRequest) api.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(*req.TimeoutS)*time.Second+90*time.Second)
 	defer cancel()
 	for {
-		r, err := post(ctx, base, code, timeoutS)
+		r, err := postRequest(ctx, base, req)
 		if err != nil {
 			t.Fatal(err)
 		}
