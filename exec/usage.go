@@ -18,7 +18,9 @@ import (
 // whose processes the kernel reaps into it before it is reaped itself, so
 // python3's usage holds the whole tree too; a run without its own PID
 // namespace (isolation none) loses the usage of the processes that
-// outlived their parents.
+// outlived their parents. An isolated run's python3 is the same process as
+// the run's init before it (exec keeps the process), so its CPU time also
+// counts the init's start: this binary's, some tens of milliseconds.
 //
 // Peak memory is the largest resident set of any one process of the run
 // (ru_maxrss), not their sum: the kernel keeps no peak of a tree. A run's
@@ -27,10 +29,16 @@ import (
 // loads them first) and its tmpfs files, so one snippet would report a
 // different peak from one run to the next.
 //
+// Peak memory also counts, for the run's first process, the peak of the
+// process it was started from: the kernel carries a process's peak across
+// exec, and python3 is exec'd in a child that shares the runner's memory
+// (Go starts children with vfork) or, isolated, by the run's init (this
+// binary). So max_rss_kib is never below that: some 35 to 40 MiB.
+//
 // Processes counts the processes and threads the run started (each takes a
 // PID): where the runner is its PID namespace's init (a pod), the
-// namespace's last PID after the run less before, less the runner's own
-// threads started meanwhile. The local backend cannot read the last PID of
+// namespace's last PID after the run less python3's, plus one, less the
+// runner's own threads started meanwhile. The local backend cannot read the last PID of
 // a run's namespace (the kernel shows only the reader's own), and reports 0.
 type Usage struct {
 	// CPUMS is the user and system CPU time of the run's processes.
@@ -76,7 +84,14 @@ func (b usageBase) measure(ps *os.ProcessState) Usage {
 		u.MaxRSSKiB = ru.Maxrss
 		if b.lastPID >= 0 {
 			if last := readInt("/proc/sys/kernel/ns_last_pid"); last >= 0 {
-				u.Processes = pidsBetween(b.lastPID, last) - max(ownThreads()-b.threads, 0)
+				// From python3's own PID on: the runtime may start a process
+				// of its own before the first child (Go checks once whether
+				// clone gives a pidfd).
+				first := b.lastPID
+				if ps != nil {
+					first = int64(ps.Pid()) - 1
+				}
+				u.Processes = max(pidsBetween(first, last)-max(ownThreads()-b.threads, 0), 1)
 			}
 		}
 	case ps != nil:
