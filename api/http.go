@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -51,19 +50,16 @@ func OutcomeOf(r Result) string {
 // not escaped: the answer is JSON with nosniff, never HTML, and escaping
 // them would make an HTML file sent back six times its size.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	err := enc.Encode(v)
-	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	body, err := encode(v, "response")
 	if err != nil {
 		status = http.StatusInternalServerError
-		body, _ = json.Marshal(ErrorBody{Error: "encode response: " + err.Error()})
+		body, _ = json.Marshal(ErrorBody{Error: err.Error()})
+		body = append(body, '\n')
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	w.Write(body)
 }
 
 // WriteError writes the JSON error body every non-2xx answer carries.
