@@ -26,7 +26,7 @@ func RunInImage(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := becomeSubreaper(); err != nil {
 		return Result{}, fmt.Errorf("run: %w", err)
 	}
-	return start(ctx, opts, su.timeout, su.python, openArgs(pythonArgs(opts, su.snippet)), su.env, nil)
+	return start(ctx, opts, su.timeout, su.python, openArgs(pythonArgs(opts, su.snippet, -1)), su.env, nil)
 }
 
 // openArgs drops isolated mode from Run's interpreter flags and keeps the

@@ -32,18 +32,37 @@ import (
 // resource, 0.8 ms because compile() initialises the interpreter's AST types.
 // exec() of the source string would skip the latter, but the code would then
 // be "<string>": no source lines in tracebacks, logging.exception or
-// inspect.getsource. A real file keeps all of them.
+// inspect.getsource. A real file keeps all of them. Waiting for its code on
+// the socket (below), the preamble compiles nothing first, so that the AST
+// types are ready before the code comes.
 //
-// The preamble also hides itself: the snippet runs in __main__'s own
-// namespace with __file__ and sys.argv[0] naming the snippet file, and a
-// traceback starts at the snippet's frame, as with `python3 file.py`. When
-// the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble drops
+// The preamble also hides itself, so that the snippet sees what
+// `python3 -I -u -B snippet.py` would show it: the snippet runs in
+// __main__'s own namespace with __file__, __cached__ and a SourceFileLoader
+// as __loader__; sys.argv and sys.orig_argv name the snippet file, which is
+// in sys.path_importer_cache as python3's file runner leaves it; the
+// resource module is gone from sys.modules again; a traceback starts at the
+// snippet's frame and sets sys.last_*; and __file__ and __cached__ go when
+// the code ends without SystemExit, as with the file runner. What still
+// differs (sys.path[0], the exit of an uncaught KeyboardInterrupt, the
+// preamble's two frames below the snippet's, the command line in /proc) is
+// listed in the README and pinned by TestFreshIsBare.
+//
+// When the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble drops
 // the snippet's globals (so that printing has memory to work with), prints
 // the traceback as best it can and then SIGKILLs its own process, whatever
 // the printing did (os is imported up front: an import may itself fail for
 // want of memory). As the init of a PID namespace (the local backend) it
-// cannot SIGKILL itself, so it exits with 137 instead. So an out-of-memory death looks the same whether the cap
-// or the cgroup's OOM killer caused it, and Run reports a SIGKILL it did not send under a memory cap as out of memory.
+// cannot SIGKILL itself, so it exits with 137 instead. So an out-of-memory
+// death looks the same whether the cap or the cgroup's OOM killer caused it,
+// and Run reports a SIGKILL it did not send under a memory cap as out of
+// memory.
+//
+// The code reaches the preamble in one of two ways. Given a file (an
+// isolated run, a tool call), it reads that file. Given a socket (ctlFD,
+// every other run), it says on it when the limits hold, reads the code
+// file's path and the code from it, acknowledges, and closes it before a
+// line of the snippet runs; see prestart.go.
 
 // Resource numbers; syscall lacks RLIMIT_NPROC (<asm-generic/resource.h>).
 const (
@@ -60,21 +79,45 @@ const preamble = `def _sandbox():
         if h != r.RLIM_INFINITY and (v == r.RLIM_INFINITY or v > h):
             v = h
         r.setrlimit(k, (v, v))
+    del r, sys.modules['resource']
     try:
         with open('/proc/self/oom_score_adj', 'w') as f:
             f.write('1000')
     except OSError:
         pass
     os.nice(%d)
-    p = sys.argv[1]
+    d, s = %d, None
+    if d < 0:
+        p = sys.argv[1]
+    else:
+        compile('', '', 'exec')
+        os.write(d, b'r')
+        b, x = [], os.read(d, 65536)
+        while x:
+            b.append(x)
+            x = os.read(d, 65536)
+        p, _, s = b''.join(b).partition(b'\0')
+        if not p:
+            os._exit(0)
+        p = os.fsdecode(p)
+        os.write(d, b't')
+        os.close(d)
+        del b, x, _
+    if hasattr(sys, 'orig_argv'):
+        sys.orig_argv[len(sys.orig_argv) - (3 if d < 0 else 2):] = [p]
     sys.argv[:] = [p]
     sys.path.insert(0, '')
+    sys.path_importer_cache[p] = None
     g = sys.modules['__main__'].__dict__
     del g['_sandbox']
-    g['__file__'] = p
+    g['__file__'], g['__cached__'] = p, None
+    g['__loader__'] = sys.modules['_frozen_importlib_external'].SourceFileLoader('__main__', p)
     try:
-        with open(p, 'rb') as f:
-            c = compile(f.read(), p, 'exec', dont_inherit=True)
+        if s is None:
+            with open(p, 'rb') as f:
+                s = f.read()
+        c = compile(s, p, 'exec', dont_inherit=True)
+        s = None
         exec(c, g)
     except SystemExit:
         raise
@@ -89,15 +132,24 @@ const preamble = `def _sandbox():
             os._exit(137)
     except BaseException as e:
         e = e.with_traceback(e.__traceback__.tb_next)
+        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, e.__traceback__
+        if sys.version_info >= (3, 12):
+            sys.last_exc = e
         sys.excepthook(type(e), e, e.__traceback__)
+        g.pop('__file__', None)
+        g.pop('__cached__', None)
         sys.exit(1)
+    g.pop('__file__', None)
+    g.pop('__cached__', None)
 _sandbox()
 `
 
 // pythonArgs is the child's argv after the interpreter: isolated, unbuffered
 // (so output written before a kill is not lost in a buffer), no .pyc files
-// in the working directory, then the preamble and the snippet's path.
-func pythonArgs(opts Options, snippet string) []string {
+// in the working directory, then the preamble and, when the code comes in a
+// file, the file's path. ctl is the socket the code comes on instead (ctlFD),
+// or -1.
+func pythonArgs(opts Options, snippet string, ctl int) []string {
 	limits := [][2]int64{
 		{rlimitCore, 0},
 		{rlimitFsize, opts.maxFileSize()},
@@ -112,5 +164,9 @@ func pythonArgs(opts Options, snippet string) []string {
 		fmt.Fprintf(&l, "(%d, %d), ", kv[0], kv[1])
 	}
 	l.WriteString(")")
-	return []string{"-I", "-u", "-B", "-c", fmt.Sprintf(preamble, l.String(), opts.Nice), snippet}
+	args := []string{"-I", "-u", "-B", "-c", fmt.Sprintf(preamble, l.String(), opts.Nice, ctl)}
+	if ctl < 0 {
+		args = append(args, snippet)
+	}
+	return args
 }

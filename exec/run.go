@@ -43,28 +43,16 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := checkJob(job); err != nil {
 		return Result{}, err
 	}
-	su, err := prepare(job, &opts)
+	// A run started for its job is a pre-started one that is handed the job
+	// at once: one way in for the code, so that what a snippet sees cannot
+	// depend on how long its interpreter waited. The files are written while
+	// python3 starts.
+	p, err := Prestart(opts)
 	if err != nil {
 		return Result{}, err
 	}
-	defer os.Remove(su.snippet)
-	if owner := su.owner; owner != nil {
-		if err := os.Lchown(opts.Dir, owner[0], owner[1]); err != nil {
-			return Result{}, fmt.Errorf("run: %w", err)
-		}
-	}
-	if err := writeFiles(opts.Dir, job.Files, su.owner); err != nil {
-		if isHostFault(err) {
-			return Result{}, fmt.Errorf("run: %w", err)
-		}
-		// A path through a symlink out of Dir, a file where a directory
-		// must go: the job's fault.
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
-	}
-	if err := becomeSubreaper(); err != nil {
-		return Result{}, fmt.Errorf("run: %w", err)
-	}
-	return start(ctx, opts, su.timeout, su.python, pythonArgs(opts, su.snippet), su.env, &job)
+	defer p.Close()
+	return p.Run(ctx, job)
 }
 
 // checkJob validates a job's files and output patterns before anything is
@@ -88,10 +76,7 @@ func runSandboxed(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := checkJob(job); err != nil {
 		return Result{}, err
 	}
-	timeout := job.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	timeout := jobTimeout(job)
 	opts.Dir = SandboxDir
 	env := opts.Env
 	if env == nil {
@@ -104,10 +89,10 @@ func runSandboxed(ctx context.Context, job Job, opts Options) (Result, error) {
 	if err := becomeSubreaper(); err != nil {
 		return Result{}, fmt.Errorf("run: %w", err)
 	}
-	return start(ctx, opts, timeout, python, pythonArgs(opts, sandboxSnippet), env, &job)
+	return start(ctx, opts, timeout, python, pythonArgs(opts, sandboxSnippet, -1), env, &job)
 }
 
-// setup is what Run and RunInImage prepare alike before the child starts.
+// setup is what every unisolated run prepares before the child starts.
 type setup struct {
 	timeout time.Duration
 	env     []string
@@ -119,6 +104,23 @@ type setup struct {
 // prepare resolves opts.Dir, the timeout, the environment and the
 // interpreter, and writes the code to a file of its own.
 func prepare(job Job, opts *Options) (setup, error) {
+	su, err := resolve(opts)
+	if err != nil {
+		return setup{}, err
+	}
+	su.timeout = jobTimeout(job)
+	// The snippet lives outside the working directory, so that the
+	// snippet's own files are exactly Job.Files. A new file in TMPDIR, not a
+	// directory of its own: on ext4 a directory costs half a millisecond.
+	if su.snippet, err = writeSnippet(job.Code, su.owner); err != nil {
+		return setup{}, err
+	}
+	return su, nil
+}
+
+// resolve makes opts.Dir absolute and finds the environment, the
+// interpreter and the child's owner: what a run needs before its job.
+func resolve(opts *Options) (setup, error) {
 	if opts.Dir == "" {
 		return setup{}, errors.New("run: no working directory")
 	}
@@ -128,10 +130,7 @@ func prepare(job Job, opts *Options) (setup, error) {
 		return setup{}, fmt.Errorf("run: %w", err)
 	}
 	opts.Dir = dir
-	su := setup{timeout: job.Timeout, env: opts.Env}
-	if su.timeout <= 0 {
-		su.timeout = DefaultTimeout
-	}
+	su := setup{env: opts.Env}
 	if su.env == nil {
 		su.env = DefaultEnv(opts.Dir)
 	}
@@ -141,13 +140,15 @@ func prepare(job Job, opts *Options) (setup, error) {
 	if c := opts.Credential; c != nil {
 		su.owner = &[2]int{int(c.Uid), int(c.Gid)}
 	}
-	// The snippet lives outside the working directory, so that the
-	// snippet's own files are exactly Job.Files. A new file in TMPDIR, not a
-	// directory of its own: on ext4 a directory costs half a millisecond.
-	if su.snippet, err = writeSnippet(job.Code, su.owner); err != nil {
-		return setup{}, err
-	}
 	return su, nil
+}
+
+// jobTimeout is job's timeout, or DefaultTimeout.
+func jobTimeout(job Job) time.Duration {
+	if job.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return job.Timeout
 }
 
 // writeSnippet writes code to a new private file and gives it to owner.
@@ -170,22 +171,32 @@ func writeSnippet(code string, owner *[2]int) (string, error) {
 	return f.Name(), nil
 }
 
-// start runs the prepared child to completion and builds the Result, in
-// five steps: spawn it, wait for it and kill what is left, collect its
-// output, classify how it ended, and take what it left behind (its usage,
-// its output files). job is set for a snippet (an isolated run's init gets
-// it); nil for a tool call.
+// start runs the prepared child to completion and builds the Result. job is
+// set for a snippet (an isolated run's init gets it); nil for a tool call.
 func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, job *Job) (Result, error) {
-	c, err := spawn(opts, python, args, env, job)
+	c, err := spawn(opts, python, args, env, job, nil)
 	if err != nil {
 		return Result{}, err
 	}
+	return c.finish(ctx, timeout, opts, job)
+}
+
+// finish is a started child's life after its spawn, in four steps: wait for
+// it and kill what is left, collect its output, classify how it ended, and
+// take what it left behind (its usage, its output files).
+func (c *child) finish(ctx context.Context, timeout time.Duration, opts Options, job *Job) (Result, error) {
 	if c.sb != nil {
 		// Runs after the sweep: the cgroups are empty by then.
 		defer c.sb.close()
 	}
 	end := c.waitAndKill(ctx, timeout, opts)
 	res := c.collect(end)
+	return c.judge(ctx, res, end, opts, timeout, job)
+}
+
+// judge classifies a collected run, adds what it left behind, and turns how
+// it ended into Run's error.
+func (c *child) judge(ctx context.Context, res Result, end ending, opts Options, timeout time.Duration, job *Job) (Result, error) {
 	if end.setupErr != nil {
 		return Result{}, end.setupErr
 	}
@@ -222,8 +233,8 @@ type child struct {
 }
 
 // spawn starts the child with its output on pipes being drained, and
-// registers it as a live run.
-func spawn(opts Options, python string, args, env []string, job *Job) (*child, error) {
+// registers it as a live run. ctl, when set, is the child's ctlFD.
+func spawn(opts Options, python string, args, env []string, job *Job, ctl *os.File) (*child, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
@@ -261,6 +272,9 @@ func spawn(opts Options, python string, args, env []string, job *Job) (*child, e
 			// Go keeps its threads for the life of the process.
 			Pdeathsig: syscall.SIGKILL,
 		},
+	}
+	if ctl != nil {
+		cmd.ExtraFiles = []*os.File{ctl} // ctlFD
 	}
 	c := &child{cmd: cmd, outR: outR, errR: errR}
 	if opts.Sandbox != nil {

@@ -20,7 +20,9 @@ import (
 // namespace (isolation none) loses the usage of the processes that
 // outlived their parents. An isolated run's python3 is the same process as
 // the run's init before it (exec keeps the process), so its CPU time also
-// counts the init's start: this binary's, some tens of milliseconds.
+// counts the init's start: this binary's, some tens of milliseconds. A
+// pre-started python3's counts include its own start, before the job, as
+// they did when it was started for the job.
 //
 // Peak memory is the largest resident set of any one process of the run
 // (ru_maxrss), not their sum: the kernel keeps no peak of a tree. A run's

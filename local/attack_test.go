@@ -54,7 +54,7 @@ func snippetChild(t *testing.T, skip map[int]bool) int {
 			for _, k := range strings.Fields(string(kids)) {
 				pid, _ := strconv.Atoi(k)
 				cmd, _ := os.ReadFile("/proc/" + k + "/cmdline")
-				if skip[pid] || !strings.Contains(string(cmd), "sandbox-snippet") {
+				if skip[pid] || !strings.Contains(string(cmd), "def _sandbox():") {
 					continue
 				}
 				if status, _ := os.ReadFile("/proc/" + k + "/status"); sigCaught(string(status), syscall.SIGUSR2) {

@@ -87,7 +87,7 @@ func snippetChild(t *testing.T) int {
 			for _, k := range strings.Fields(string(kids)) {
 				cmd, _ := os.ReadFile("/proc/" + k + "/cmdline")
 				status, _ := os.ReadFile("/proc/" + k + "/status")
-				if strings.Contains(string(cmd), "sandbox-snippet") && strings.Contains(string(status), "SigCgt:") {
+				if strings.Contains(string(cmd), "def _sandbox():") && strings.Contains(string(status), "SigCgt:") {
 					for line := range strings.SplitSeq(string(status), "\n") {
 						v, ok := strings.CutPrefix(line, "SigCgt:")
 						if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); ok && err == nil && m&(1<<(syscall.SIGUSR2-1)) != 0 {

@@ -2,7 +2,7 @@
 # host sees it (VICTIM_PID is replaced before the run): it tries to read and
 # rewrite the victim's input file and code, to write into its memory, and to
 # signal it, and prints one line per attempt: NAME ok|blocked DETAIL.
-import os, signal
+import os, re, signal
 
 P = VICTIM_PID
 
@@ -23,16 +23,9 @@ def write_file():
     return 'written'
 
 
-def write_code():
-    args = open(f'/proc/{P}/cmdline', 'rb').read().split(b'\0')
-    path = [a for a in args if a.endswith(b'.py')][-1].decode()
-    open(f'/proc/{P}/root' + path, 'w').write('print("PWNED")\n')
-    return path
-
-
-def write_mem():
-    n = 0
-    with open(f'/proc/{P}/mem', 'r+b', buffering=0) as m:
+def regions():
+    """Yields the start and the bytes of each writable mapping of the victim."""
+    with open(f'/proc/{P}/mem', 'rb', buffering=0) as m:
         for line in open(f'/proc/{P}/maps'):
             f = line.split()
             if 'rw' not in f[1]:
@@ -42,9 +35,26 @@ def write_mem():
                 continue
             try:
                 m.seek(lo)
-                data = m.read(hi - lo)
+                yield lo, m.read(hi - lo)
             except OSError:
                 continue
+
+
+def write_code():
+    args = open(f'/proc/{P}/cmdline', 'rb').read().split(b'\0')
+    paths = [a.decode() for a in args if a.endswith(b'.py')]
+    if not paths:
+        # The code came on a socket and no command line names its file:
+        # the victim's memory does.
+        paths = [x.decode() for _, data in regions() for x in re.findall(rb'/[\w/.-]*sandbox-snippet-\d+\.py', data)]
+    open(f'/proc/{P}/root' + paths[0], 'w').write('print("PWNED")\n')
+    return paths[0]
+
+
+def write_mem():
+    n = 0
+    with open(f'/proc/{P}/mem', 'r+b', buffering=0) as m:
+        for lo, data in regions():
             i = data.find(b'VICTIM-MARKER-AAAA')
             while i >= 0:
                 m.seek(lo + i)

@@ -1,0 +1,308 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Pre-started runs.
+//
+// Starting python3 (the interpreter's own start-up and site's imports) is
+// most of what a short run costs. Prestart pays it before the job is known:
+// python3 starts with the preamble (limits.go), which applies every limit
+// and then waits on a socket, inherited as ctlFD, for the job. Over that
+// socket:
+//
+//   - the preamble writes stubReady once the limits hold, and then blocks;
+//   - Run writes the code file's path, a NUL and the code, and shuts its
+//     side for writing, once the input files and the code file are in place;
+//   - the preamble reads to end of file, writes stubTook and closes the
+//     socket, and only then compiles and runs the code.
+//
+// So the working directory holds the job's files before the snippet's first
+// line, the code comes from the runner rather than from a path anything else
+// could write between the start and the job, and no descriptor of the
+// exchange is left to the snippet. stubTook tells the two endings apart that
+// an exit code cannot: an interpreter that ended before it wrote it never ran
+// a line of the job (ErrNotTaken), one that wrote it ran the job.
+//
+// The interpreter waits in a blocking read, which costs no CPU, in its own
+// process group, with its stdout and stderr already on the pipes Run drains;
+// it is registered as a live run from its start, so that no other run's
+// sweep mistakes it for an orphan.
+
+// ctlFD is the socket's descriptor in the child: the first after stdio.
+const ctlFD = 3
+
+// What the preamble writes on the socket.
+const (
+	stubReady = 'r'
+	stubTook  = 't'
+)
+
+// ErrNotTaken marks a run whose interpreter ended (or was killed) before it
+// took the job: none of the job ran. A runner may answer it as "not ready".
+var ErrNotTaken = errors.New("python3 ended before it took the job")
+
+// Interp is a python3 started before its job, its limits applied, waiting
+// for one job. Make it with Prestart; call Run at most once and Close always.
+type Interp struct {
+	opts Options // resolved: Dir is absolute
+	su   setup
+	c    *child
+	ctl  *os.File // our end of the socket
+
+	ready, took, lost chan struct{} // closed as the socket says so
+	monitored         chan struct{} // closed when the socket has ended
+
+	mu       sync.Mutex
+	used     bool  // Run was called: Run owns the child's end
+	closed   bool  // Close ran
+	closeErr error // why it ended by itself, if it did
+}
+
+// Prestart starts python3 for one job under opts and returns at once; Ready
+// is closed when it waits with its limits applied. opts.Dir must exist;
+// isolated runs (opts.Sandbox) are not pre-started.
+func Prestart(opts Options) (*Interp, error) {
+	if opts.Sandbox != nil {
+		return nil, errors.New("prestart: isolated runs are started for their job")
+	}
+	su, err := resolve(&opts)
+	if err != nil {
+		return nil, err
+	}
+	if owner := su.owner; owner != nil {
+		// The child enters Dir after it has become the owner.
+		if err := os.Lchown(opts.Dir, owner[0], owner[1]); err != nil {
+			return nil, fmt.Errorf("prestart: %w", err)
+		}
+	}
+	if err := becomeSubreaper(); err != nil {
+		return nil, fmt.Errorf("prestart: %w", err)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("prestart: %w", err)
+	}
+	// Non-blocking, so that Close can end a read or write in flight.
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, fmt.Errorf("prestart: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "sandbox-ctl"), os.NewFile(uintptr(fds[1]), "sandbox-ctl")
+	c, err := spawn(opts, su.python, pythonArgs(opts, "", ctlFD), su.env, nil, theirs)
+	theirs.Close()
+	if err != nil {
+		ours.Close()
+		return nil, err
+	}
+	p := &Interp{opts: opts, su: su, c: c, ctl: ours,
+		ready: make(chan struct{}), took: make(chan struct{}), lost: make(chan struct{}), monitored: make(chan struct{})}
+	go p.monitor() // owned: Run and Close wait for monitored
+	return p, nil
+}
+
+// monitor reads what the preamble writes until the socket ends: at the
+// latest when the child is gone.
+func (p *Interp) monitor() {
+	defer close(p.monitored)
+	var b [8]byte
+	for {
+		n, err := p.ctl.Read(b[:])
+		for _, x := range b[:n] {
+			switch {
+			case x == stubReady && !isClosed(p.ready):
+				close(p.ready)
+			case x == stubTook && !isClosed(p.took):
+				close(p.took)
+			}
+		}
+		if err != nil {
+			if !isClosed(p.took) {
+				close(p.lost)
+			}
+			return
+		}
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Ready is closed once the interpreter waits for its job with its limits
+// applied.
+func (p *Interp) Ready() <-chan struct{} { return p.ready }
+
+// Lost is closed when the interpreter ended before it took a job; Close
+// then says how.
+func (p *Interp) Lost() <-chan struct{} { return p.lost }
+
+// Pid is the interpreter's process id.
+func (p *Interp) Pid() int { return p.c.pid }
+
+// Run hands job to the interpreter: it writes the job's files into the
+// working directory and the code to a file of its own, sends the code, and
+// from then on is Run's usual run of a child to its end, timeout, tree kill,
+// bounded output and all. The timeout starts when the code is sent. Run
+// answers an interpreter that ended before it took the job with an error
+// wrapping ErrNotTaken; one that did not take it by the deadline timed out.
+func (p *Interp) Run(ctx context.Context, job Job) (Result, error) {
+	p.mu.Lock()
+	switch {
+	case p.used:
+		p.mu.Unlock()
+		return Result{}, errors.New("run: this interpreter has had its job")
+	case p.closed:
+		err := p.closeErr
+		p.mu.Unlock()
+		if err == nil {
+			err = fmt.Errorf("run: %w: it was closed", ErrNotTaken)
+		}
+		return Result{}, err
+	}
+	p.used = true
+	p.mu.Unlock()
+	res, err := p.run(ctx, job)
+	if p.su.snippet != "" {
+		os.Remove(p.su.snippet)
+	}
+	p.ctl.Close()
+	return res, err
+}
+
+func (p *Interp) run(ctx context.Context, job Job) (Result, error) {
+	select {
+	case <-p.lost:
+		p.kill()
+		return Result{}, p.closeErr
+	default:
+	}
+	if err := checkJob(job); err != nil {
+		p.kill()
+		return Result{}, err
+	}
+	if err := writeFiles(p.opts.Dir, job.Files, p.su.owner); err != nil {
+		p.kill()
+		if isHostFault(err) {
+			return Result{}, fmt.Errorf("run: %w", err)
+		}
+		// A path through a symlink out of Dir, a file where a directory
+		// must go: the job's fault.
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	var err error
+	if p.su.snippet, err = writeSnippet(job.Code, p.su.owner); err != nil {
+		p.kill()
+		return Result{}, err
+	}
+	timeout := jobTimeout(job)
+	msg := make([]byte, 0, len(p.su.snippet)+1+len(job.Code))
+	msg = append(append(append(msg, p.su.snippet...), 0), job.Code...)
+	// Count only what this job's run may cause: the cgroup is the pod's.
+	p.c.oomBefore = oomKills(p.c.cgDir, p.c.cgV2)
+	fed := make(chan struct{})
+	go func() { // owned: received below
+		defer close(fed)
+		if _, err := p.ctl.Write(msg); err == nil {
+			closeWrite(p.ctl)
+		}
+	}()
+	end := p.c.waitAndKill(ctx, timeout, p.opts)
+	res := p.c.collect(end)
+	// The child is gone: a message it did not read is dropped, and the
+	// socket ends once the monitor has read what the preamble wrote.
+	p.ctl.SetWriteDeadline(time.Now())
+	<-fed
+	<-p.monitored
+	if !isClosed(p.took) && !end.timedOut && !end.cancelled && end.setupErr == nil {
+		return Result{}, fmt.Errorf("run: %w: %s", ErrNotTaken, describeExit(p.c, res.Stderr))
+	}
+	return p.c.judge(ctx, res, end, p.opts, timeout, &job)
+}
+
+// closeWrite ends our side of the socket for writing: the preamble reads to
+// end of file.
+func closeWrite(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_WR) })
+}
+
+// Close kills the interpreter if it has not been given a job and releases
+// what it holds. It returns an error wrapping ErrNotTaken, saying how, when
+// the interpreter had ended by itself before a job. Called while Run runs,
+// it leaves the interpreter to Run.
+func (p *Interp) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.used:
+		// Run's own: Run reports how it ended.
+		p.closed = true
+		return nil
+	case p.closed:
+		return p.closeErr
+	}
+	p.closed = true
+	p.kill()
+	return p.closeErr
+}
+
+// kill ends an interpreter that will not run a job and records, in
+// closeErr, how it had ended if it ended by itself.
+func (p *Interp) kill() {
+	died := isClosed(p.lost)
+	select {
+	case <-p.c.waited:
+		died = true
+	default:
+		// It started nothing: its group is the whole of it.
+		_ = syscall.Kill(-p.c.pid, syscall.SIGKILL)
+		<-p.c.waited
+	}
+	live.Lock()
+	delete(live.pids, p.c.pid)
+	live.Unlock()
+	deadline := time.Now().Add(drainTimeout)
+	p.c.outR.SetReadDeadline(deadline)
+	p.c.errR.SetReadDeadline(deadline)
+	res := p.c.collect(ending{})
+	p.ctl.Close()
+	<-p.monitored
+	if died {
+		p.closeErr = fmt.Errorf("prestart: %w: %s", ErrNotTaken, describeExit(p.c, res.Stderr))
+	}
+}
+
+// describeExit says how a child that did not run its job ended: its status
+// and the start of what it wrote to stderr (python3's own complaint).
+func describeExit(c *child, stderr string) string {
+	how := "still running"
+	if st := c.cmd.ProcessState; st != nil {
+		how = st.String()
+	}
+	const keep = 512
+	if stderr = strings.TrimSpace(stderr); len(stderr) > keep {
+		stderr = stderr[:keep] + "…"
+	}
+	if stderr != "" {
+		how += ", stderr: " + stderr
+	}
+	return how
+}

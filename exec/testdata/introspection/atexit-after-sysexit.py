@@ -1,0 +1,3 @@
+import atexit, sys
+atexit.register(lambda: print('atexit', sorted(k for k in globals() if k.startswith('__'))))
+sys.exit(4)

@@ -1,0 +1,2 @@
+import os
+print(os.getcwd(), sorted(os.listdir()), open('sub/data.csv').read())

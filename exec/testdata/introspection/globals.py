@@ -1,0 +1,1 @@
+print({k: repr(v) for k, v in globals().items()})

@@ -1,0 +1,2 @@
+import helper
+print(helper.X, helper.__file__)

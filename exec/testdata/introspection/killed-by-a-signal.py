@@ -1,0 +1,3 @@
+import os, signal
+print('before', flush=True)
+os.kill(os.getpid(), signal.SIGTERM)

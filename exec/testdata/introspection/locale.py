@@ -1,0 +1,2 @@
+import locale, sys
+print(locale.getlocale(), locale.getpreferredencoding(), sys.getfilesystemencoding())

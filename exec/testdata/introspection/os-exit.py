@@ -1,0 +1,3 @@
+import os, sys
+sys.stdout.write('kept')
+os._exit(5)

@@ -1,0 +1,4 @@
+import pickle
+def f():
+    pass
+print(pickle.loads(pickle.dumps(f)) is f)
