@@ -1,7 +1,13 @@
 // Package runner is the in-pod runner: an HTTP server that takes exactly one
-// job, runs it with exec.Run, answers with the result and then stops. A
-// snippet pod is used once, so whatever the snippet did to its pod cannot
-// reach the next one.
+// job, runs it, answers with the result and then stops. A snippet pod is used
+// once, so whatever the snippet did to its pod cannot reach the next one.
+//
+// The snippet's python3 is started with the runner (exec.Prestart) and waits,
+// its limits applied, for the job, so that a job does not pay for the
+// interpreter's start. The runner is ready (GET /readyz) once the interpreter
+// waits. One that ends before a job, or is not waiting within ReadyTimeout,
+// ends the runner with an error, so that the pod fails and is replaced; a job
+// that meets such an interpreter is refused with 503 and nothing of it runs.
 package runner
 
 import (
@@ -44,7 +50,16 @@ type Options struct {
 	// CallEnv as the tool's environment (see RunCall).
 	Call    bool
 	CallEnv []string
+	// ReadyTimeout bounds the start of the snippet's interpreter; 0 means
+	// DefaultReadyTimeout.
+	ReadyTimeout time.Duration
 }
+
+// DefaultReadyTimeout: python3 waits for its job tens of milliseconds after
+// its start, seconds on a node that is very busy. One that is not waiting
+// after a minute will not be; ending the runner then gets the pod replaced
+// sooner than the pool's own bound on pods that never become Ready.
+const DefaultReadyTimeout = time.Minute
 
 // shutdownTimeout bounds the graceful shutdown after the answer: the one
 // response is already written, so this only waits for idle connections.
@@ -52,12 +67,13 @@ const shutdownTimeout = 5 * time.Second
 
 // Server is a one-shot runner. Make it with New, then call Run once.
 type Server struct {
-	opts  Options
-	ln    net.Listener
-	srv   *http.Server
-	taken atomic.Bool   // set when a job is accepted; never cleared after it ran
-	done  chan struct{} // closed after the job's answer is written
-	once  sync.Once
+	opts   Options
+	ln     net.Listener
+	srv    *http.Server
+	interp *exec.Interp  // the job's python3, set by Run before it serves; nil for a tool call
+	taken  atomic.Bool   // set when a job is accepted; never cleared after it ran
+	done   chan struct{} // closed after the job's answer is written
+	once   sync.Once
 }
 
 // New binds the listener, so that the address is known (and the port taken)
@@ -78,6 +94,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = DefaultReadyTimeout
 	}
 	pidsMax := exec.PidsLimit()
 	if p := opts.PodPidsLimit; p > 0 && (pidsMax == 0 || p < pidsMax) {
@@ -118,20 +137,59 @@ func New(opts Options) (*Server, error) {
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// Run serves until the job has been answered, then shuts down and returns
-// nil. When ctx ends first it shuts down and returns ctx's cause; a job
-// still running is killed through its request's context.
+// Run starts the job's interpreter and serves until the job has been
+// answered, then shuts down and returns nil. When ctx ends first, or the
+// interpreter ends before a job or does not get ready in time, it shuts down
+// and returns why; a job still running is killed through its request's
+// context.
 func (s *Server) Run(ctx context.Context) error {
+	var ready, lost <-chan struct{}
+	var notReady <-chan time.Time
+	if !s.opts.Call {
+		p, err := exec.Prestart(s.opts.Exec)
+		if err != nil {
+			s.ln.Close()
+			return fmt.Errorf("runner: %w", err)
+		}
+		// After the shutdown: a job's run owns the interpreter until then.
+		defer p.Close()
+		s.interp = p
+		ready, lost = p.Ready(), p.Lost()
+		t := time.NewTimer(s.opts.ReadyTimeout)
+		defer t.Stop()
+		notReady = t.C
+	}
+	started := time.Now()
 	served := make(chan error, 1)
 	go func() { served <- s.srv.Serve(s.ln) }() // owned: received below on every path
 
 	var cause error
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		cause = context.Cause(ctx)
-	case err := <-served:
-		return fmt.Errorf("runner: serve: %w", err)
+wait:
+	for {
+		select {
+		case <-s.done:
+			break wait
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+			break wait
+		case err := <-served:
+			return fmt.Errorf("runner: serve: %w", err)
+		case <-ready:
+			ready, notReady = nil, nil
+			s.opts.Logger.Info("python3 waits for the job", "pid", s.interp.Pid(), "start_ms", time.Since(started).Milliseconds())
+		case <-notReady:
+			cause = fmt.Errorf("python3 was not waiting for the job %s after its start", s.opts.ReadyTimeout)
+			s.interp.Close()
+			break wait
+		case <-lost:
+			// A job's run that lost it answers for it; only an unused
+			// interpreter reports here.
+			lost = nil
+			if err := s.interp.Close(); err != nil {
+				cause = err
+				break wait
+			}
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
@@ -141,6 +199,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	<-served // http.ErrServerClosed
 	if cause != nil {
+		s.opts.Logger.Error("runner stopped before a job was answered", "error", cause)
 		return fmt.Errorf("runner: stopped before a job was answered: %w", cause)
 	}
 	if err != nil {
@@ -150,11 +209,25 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	if s.taken.Load() {
+	switch {
+	case s.taken.Load():
 		api.WriteError(w, http.StatusServiceUnavailable, "this runner has taken its job")
-		return
+	case s.interp != nil && isClosed(s.interp.Lost()):
+		api.WriteError(w, http.StatusServiceUnavailable, "python3 ended before a job; this runner takes none")
+	case s.interp != nil && !isClosed(s.interp.Ready()):
+		api.WriteError(w, http.StatusServiceUnavailable, "python3 is starting")
+	default:
+		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
@@ -173,13 +246,30 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		writeRefusal(w, err)
 		return
 	}
+	// A job that comes while python3 starts waits for it: tens of
+	// milliseconds, and at most until Run gives up on it.
+	select {
+	case <-s.interp.Ready():
+	case <-s.interp.Lost():
+		s.opts.Logger.Error("execution refused", "outcome", api.OutcomeRejected, "error", "python3 ended before the job")
+		api.WriteError(w, http.StatusServiceUnavailable, "this runner's python3 ended before the job; nothing ran, send it to another sandbox")
+		return
+	case <-r.Context().Done():
+		s.taken.Store(false)
+		return
+	}
 	defer s.once.Do(func() { close(s.done) })
 
-	res, err := exec.Run(r.Context(), job, s.opts.Exec)
+	res, err := s.interp.Run(r.Context(), job)
 	res.SandboxID = s.opts.SandboxID
 	log := s.opts.Logger.With("sandbox_id", res.SandboxID, "exit_code", res.ExitCode,
 		"duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
 	switch {
+	case errors.Is(err, exec.ErrNotTaken):
+		// Nothing of the job ran: the pool may send it elsewhere.
+		log.Error("execution refused", "outcome", api.OutcomeRejected, "error", err)
+		api.WriteError(w, http.StatusServiceUnavailable, "this runner's python3 ended before it took the job; nothing ran, send it to another sandbox: "+err.Error())
+		return
 	case errors.Is(err, exec.ErrInvalidJob):
 		log.Info("execution refused", "outcome", api.OutcomeRejected, "error", err)
 		api.WriteError(w, http.StatusBadRequest, err.Error())

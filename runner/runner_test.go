@@ -3,9 +3,14 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,18 +18,42 @@ import (
 	"github.com/sandboxd/sandbox/exec"
 )
 
-// start runs a Server on 127.0.0.1:0 and returns its base URL and the
-// channel Run's error arrives on.
+// start runs a Server on 127.0.0.1:0, waits until it is ready, and returns
+// its base URL and the channel Run's error arrives on.
 func start(t *testing.T) (string, <-chan error) {
 	t.Helper()
-	s, err := New(Options{Listen: "127.0.0.1:0", SandboxID: "pod-1", MaxTimeout: 30 * time.Second,
-		Exec: exec.Options{Dir: t.TempDir()}})
+	_, url, ran := startWith(t, Options{})
+	waitReady(t, url)
+	return url, ran
+}
+
+// startWith runs a Server with opts on 127.0.0.1:0 without waiting for it.
+func startWith(t *testing.T, opts Options) (*Server, string, <-chan error) {
+	t.Helper()
+	opts.Listen, opts.SandboxID, opts.MaxTimeout = "127.0.0.1:0", "pod-1", 30*time.Second
+	if opts.Exec.Dir == "" {
+		opts.Exec.Dir = t.TempDir()
+	}
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- s.Run(t.Context()) }()
-	return "http://" + s.Addr().String(), ran
+	return s, "http://" + s.Addr().String(), ran
+}
+
+// waitReady polls /readyz until the runner's python3 waits for its job.
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if code, _ := do(t, "GET", url+"/readyz", ""); code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("runner not ready after 20s")
+		}
+	}
 }
 
 func do(t *testing.T, method, url, body string) (int, string) {
@@ -126,5 +155,110 @@ func TestStopsWithContext(t *testing.T) {
 	cancel()
 	if err := s.Run(ctx); err == nil {
 		t.Error("Run = nil after ctx ended without a job, want an error")
+	}
+}
+
+// fakePython writes an executable script that stands in for python3 and
+// returns its path; the preamble's arguments are ignored.
+func fakePython(t *testing.T, script string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "python3")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runErr waits for Run's error.
+func runErr(t *testing.T, ran <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-ran:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("the runner did not stop")
+		return nil
+	}
+}
+
+// TestInterpreterNotReadyInTime: a python3 that never waits for its job
+// keeps the runner unready; at ReadyTimeout it is killed, a job waiting for
+// it is refused with 503, and the runner ends with an error naming the wait.
+func TestInterpreterNotReadyInTime(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	python := fakePython(t, "echo $$ > "+pidFile+"\nexec sleep 300\n")
+	_, url, ran := startWith(t, Options{Exec: exec.Options{Python: python}, ReadyTimeout: 1500 * time.Millisecond})
+	if code, body := do(t, "GET", url+"/readyz", ""); code != 503 || !strings.Contains(body, "starting") {
+		t.Errorf("readyz while python3 starts: %d %s, want 503", code, body)
+	}
+	code, body := do(t, "POST", url+"/v1/execute", `{"code": "print(1)"}`)
+	if code != 503 || !strings.Contains(body, "nothing ran") {
+		t.Errorf("job to an interpreter that never got ready: %d %s, want 503 saying nothing ran", code, body)
+	}
+	if err := runErr(t, ran); err == nil || !strings.Contains(err.Error(), "not waiting for the job 1.5s after its start") {
+		t.Errorf("Run = %v, want the wait named", err)
+	}
+	assertGone(t, pidFile)
+}
+
+// TestInterpreterDiesBeforeJob: a python3 that exits at its start ends the
+// runner with its exit status and what it wrote.
+func TestInterpreterDiesBeforeJob(t *testing.T) {
+	python := fakePython(t, "echo 'Fatal Python error: no encodings' >&2\nexit 3\n")
+	_, url, ran := startWith(t, Options{Exec: exec.Options{Python: python}})
+	err := runErr(t, ran)
+	if err == nil || !errors.Is(err, exec.ErrNotTaken) || !strings.Contains(err.Error(), "exit status 3") ||
+		!strings.Contains(err.Error(), "Fatal Python error: no encodings") {
+		t.Errorf("Run = %v, want ErrNotTaken with the exit status and stderr", err)
+	}
+	if _, err := http.Get(url + "/readyz"); err == nil {
+		t.Error("the runner still serves after its python3 died")
+	}
+}
+
+// TestInterpreterKilledWhileWaiting: the real python3, killed while it waits,
+// ends the runner; readyz says so in the meantime.
+func TestInterpreterKilledWhileWaiting(t *testing.T) {
+	s, url, ran := startWith(t, Options{})
+	waitReady(t, url)
+	if err := syscall.Kill(s.interp.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := runErr(t, ran)
+	if !errors.Is(err, exec.ErrNotTaken) || !strings.Contains(err.Error(), "signal: killed") {
+		t.Errorf("Run = %v, want ErrNotTaken naming the kill", err)
+	}
+}
+
+// TestInterpreterDiesWithTheJob: a python3 that reads the job but ends
+// before it takes it gets the job refused with 503: nothing of it ran, so
+// the pool may send it to another pod.
+func TestInterpreterDiesWithTheJob(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	python := fakePython(t, "printf r >&3\ncat <&3 >/dev/null\nexit 7\n")
+	_, url, ran := startWith(t, Options{Exec: exec.Options{Python: python}})
+	waitReady(t, url)
+	code, body := do(t, "POST", url+"/v1/execute", `{"code": "open('`+marker+`', 'w')"}`)
+	if code != 503 || !strings.Contains(body, "nothing ran") || !strings.Contains(body, "exit status 7") {
+		t.Errorf("job: %d %s, want 503 saying nothing ran and how python3 ended", code, body)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the job ran")
+	}
+	if err := runErr(t, ran); err != nil {
+		t.Errorf("Run = %v, want nil: the job was answered", err)
+	}
+}
+
+// assertGone checks that the process whose pid is in file has been reaped.
+func assertGone(t *testing.T, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("no pid: %v", err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("process %d still there (kill 0: %v)", pid, err)
 	}
 }
