@@ -1,0 +1,137 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilexec "k8s.io/client-go/util/exec"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/kube"
+)
+
+// warmSkips are the introspection snippets not compared here, because the
+// warm pod and a pod of the same image started for the comparison differ in
+// them by construction: input files (the snippets send none here), the
+// streams (containerd hands an exec FIFOs, the runner pipes), signal
+// dispositions and identity (the exec comes through runc, the pod has its
+// own uid), the run's limits, the process's age.
+var warmSkips = map[string]bool{
+	"cwd-and-files": true, "import-an-input-file": true, "descriptors": true, "signals": true,
+	"identity": true, "process": true, "process-age": true,
+}
+
+// warmDiffers are the snippets that see something else than under bare
+// python3, as exec's TestFreshIsBare lists them.
+var warmDiffers = map[string]bool{"argv-and-path": true, "keyboard-interrupt": true, "stack": true}
+
+// TestWarmRunLooksFresh sends each introspection snippet to /v1/execute,
+// where a warm pod's pre-started python3 runs it, and runs it with bare
+// `python3 -I -u -B FILE` in a pod of the same image, with the runner's
+// environment: what the snippet prints, its stderr and its exit code must
+// match but for the differences the README lists.
+func TestWarmRunLooksFresh(t *testing.T) {
+	type warmKey struct{}
+	f := features.New("a snippet in a warm pod sees what bare python3 would show it").
+		Setup(withService).
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			r := cfg.Client().Resources()
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: envconf.RandomName("sandbox-e2e-fresh", 24)}}
+			if err := r.Create(ctx, ns); err != nil {
+				t.Fatalf("create namespace: %v", err)
+			}
+			t.Cleanup(func() { _ = r.Delete(context.WithoutCancel(ctx), ns) })
+			return context.WithValue(ctx, warmKey{}, createReady(ctx, t, cfg, sleeperPod(ns.Name, "fresh", Suite(ctx).Image, nil)))
+		}).
+		Assess("each snippet sees the same", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			pod := ctx.Value(warmKey{}).(*corev1.Pod)
+			files, err := filepath.Glob("../exec/testdata/introspection/*.py")
+			if err != nil || len(files) == 0 {
+				t.Fatalf("no introspection snippets: %v", err)
+			}
+			for _, file := range files {
+				name := strings.TrimSuffix(filepath.Base(file), ".py")
+				if warmSkips[name] {
+					continue
+				}
+				code, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res := execute(ctx, t, service(ctx), string(code), 20)
+				warm := normalizeSeen(kube.Workdir, res.Stdout, res.Stderr, res.ExitCode)
+				bare := bareInPod(ctx, t, cfg, pod, string(code))
+				switch {
+				case warm != bare && !warmDiffers[name]:
+					t.Errorf("%s: warm pod and bare python3 differ:\nwarm: %+v\nbare: %+v", name, warm, bare)
+				case warm == bare && warmDiffers[name]:
+					t.Errorf("%s: listed as differing, but warm pod and bare python3 agree: %+v", name, warm)
+				default:
+					t.Logf("%s: as expected (%s)", name, res.SandboxID)
+				}
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// seen is what a run showed, made comparable.
+type seen struct {
+	Stdout, Stderr string
+	Exit           int
+}
+
+// bareInPod runs code in pod as a file with bare python3, in the runner's
+// flags and environment (its default and the image's SANDBOX_SNIPPET_ENV),
+// from a fresh working directory.
+func bareInPod(ctx context.Context, t *testing.T, cfg *envconf.Config, pod *corev1.Pod, code string) seen {
+	t.Helper()
+	const dir, file = "/tmp/fresh", "/tmp/sandbox-snippet-1.py"
+	env := strings.Join(exec.DefaultEnv(dir), " ")
+	// The image's additions to the runner's environment are in the pod's
+	// own SANDBOX_SNIPPET_ENV.
+	script := "rm -rf " + dir + " && mkdir " + dir + " && cd " + dir + ` && printf %s "$1" > ` + file +
+		` && exec env -i ` + env + ` $(printf %s "$SANDBOX_SNIPPET_ENV" | tr , ' ') python3 -I -u -B ` + file + " < /dev/null"
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := cfg.Client().Resources().ExecInPod(ctx, pod.Namespace, pod.Name, "main", []string{"sh", "-c", script, "sh", code}, &stdout, &stderr)
+	exit := 0
+	var ee utilexec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		exit = ee.ExitStatus()
+	case err != nil:
+		t.Fatalf("bare python3 in %s: %v: %s", pod.Name, err, stderr.String())
+	}
+	return normalizeSeen(dir, stdout.String(), stderr.String(), exit)
+}
+
+var (
+	snippetName = regexp.MustCompile(`sandbox-snippet-\d+\.py`)
+	address     = regexp.MustCompile(`0x[0-9a-f]+`)
+)
+
+// normalizeSeen replaces what differs between any two runs however started:
+// the working directory, the code file's name, addresses.
+func normalizeSeen(dir, stdout, stderr string, exit int) seen {
+	f := func(s string) string {
+		s = strings.ReplaceAll(s, dir, "<DIR>")
+		s = snippetName.ReplaceAllString(s, "sandbox-snippet-N.py")
+		return address.ReplaceAllString(s, "0x?")
+	}
+	return seen{Stdout: f(stdout), Stderr: f(stderr), Exit: exit}
+}
