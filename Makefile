@@ -4,7 +4,7 @@ BIN     := bin/sandbox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/sandboxd/sandbox/modes.version=$(VERSION)
 
-.PHONY: build run test unit python-test lint bench fmt vet clean
+.PHONY: build run test unit python-test lint bench bench-kind fmt vet clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
@@ -53,6 +53,15 @@ bench:
 	      printf " %s %s", v, u } \
 	    print "" }' bin/bench.txt; \
 	exit $$status
+
+# bench-kind measures the service on the kind cluster (brought up, or
+# brought up to date, by kind-up) in one run and prints one table: the floor
+# (bare python3 in a pod), warm executions at concurrency 1, 3 and 10,
+# kubectl run, the local backend, refill and pod start times, a burst, a
+# steady overload and serve's peak memory. Raw samples: bin/bench-kind.json;
+# the latency distributions: bin/bench-kind.png. About 15 minutes.
+bench-kind: kind-up
+	cd e2e && $(GO) run ./cmd/sandbox-bench -out $(CURDIR)/bin
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

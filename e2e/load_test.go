@@ -147,7 +147,7 @@ type loadKey struct{}
 type loadEnv struct {
 	client *corev1.Pod
 	cs     kubernetes.Interface
-	target int // each replica's warm target
+	target poolSize // each replica's warm floor and bound
 }
 
 func withLoadClient(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -206,8 +206,9 @@ func (le loadEnv) servePods(ctx context.Context, t *testing.T) []corev1.Pod {
 	return out
 }
 
-// waitSettled waits until every live serve replica has its warm target and
-// no other sandbox pod exists: nothing claimed, nothing leaked.
+// waitSettled waits until every live serve replica is back at its warm
+// floor (a target grown by the load has shrunk back) and no other sandbox
+// pod exists: nothing claimed, nothing leaked.
 func (le loadEnv) waitSettled(ctx context.Context, t *testing.T) {
 	t.Helper()
 	dep, err := le.cs.AppsV1().Deployments(kindenv.Namespace).Get(ctx, kindenv.Deployment, metav1.GetOptions{})
@@ -241,12 +242,12 @@ func (le loadEnv) waitSettled(ctx context.Context, t *testing.T) {
 			return false, nil
 		}
 		for o := range owners {
-			if warm[o] != le.target {
+			if warm[o] != le.target.floor {
 				return false, nil
 			}
 		}
 		return true, nil
-	}, wait.WithContext(ctx), wait.WithTimeout(settleDeadline+time.Minute), wait.WithInterval(time.Second))
+	}, wait.WithContext(ctx), wait.WithTimeout(settleDeadline+2*time.Minute), wait.WithInterval(time.Second))
 	if err != nil {
 		t.Fatalf("the service did not settle: %s: %v", state, err)
 	}

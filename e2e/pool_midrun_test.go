@@ -194,20 +194,24 @@ func TestPoolPodGoesSilentMidRun(t *testing.T) {
 // namespace on the kind node, found through the pod sandbox's process.
 func cutPodNetwork(ctx context.Context, t *testing.T, node, pod string) {
 	t.Helper()
-	onNode := func(args ...string) string {
-		out, err := exec.CommandContext(ctx, "docker", append([]string{"exec", node}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("on node %s: %v: %v\n%s", node, args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	ids := strings.Fields(onNode("crictl", "pods", "--name", "^"+pod+"$", "--namespace", kindenv.Namespace, "-q"))
+	ids := strings.Fields(onNode(ctx, t, node, "crictl", "pods", "--name", "^"+pod+"$", "--namespace", kindenv.Namespace, "-q"))
 	if len(ids) != 1 {
 		t.Fatalf("pod sandboxes of %s on %s: %q", pod, node, ids)
 	}
-	pid := gjson.Get(onNode("crictl", "inspectp", ids[0]), "info.pid").Int()
+	pid := gjson.Get(onNode(ctx, t, node, "crictl", "inspectp", ids[0]), "info.pid").Int()
 	if pid <= 0 {
 		t.Fatalf("no process of pod sandbox %s of %s", ids[0], pod)
 	}
-	onNode("nsenter", "-t", strconv.FormatInt(pid, 10), "-n", "ip", "link", "set", "eth0", "down")
+	onNode(ctx, t, node, "nsenter", "-t", strconv.FormatInt(pid, 10), "-n", "ip", "link", "set", "eth0", "down")
+}
+
+// onNode runs a command in the kind node's container and returns its
+// output, failing the test if it fails.
+func onNode(ctx context.Context, t *testing.T, node string, args ...string) string {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "docker", append([]string{"exec", node}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("on node %s: %v: %v\n%s", node, args, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }

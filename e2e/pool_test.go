@@ -31,7 +31,8 @@ import (
 // Deadlines of the pool tests. A sandbox pod takes a few seconds from create
 // to Ready on the 2-CPU kind node, several at once somewhat longer.
 const (
-	// refillDeadline: the pool is back to its target after a claim.
+	// refillDeadline: the pool has its floor of warm pods again after a
+	// claim.
 	refillDeadline = 90 * time.Second
 	// verdictDeadline: a run whose pod was deleted is answered within this of
 	// the delete (the pool waits at most 10 s for the pod's status).
@@ -53,7 +54,9 @@ func poolPods(ctx context.Context, cs kubernetes.Interface, owner string) ([]cor
 }
 
 // supply counts a pool's pods as the pool should: warm are Ready and
-// unclaimed, live are unclaimed and not going away (warm or starting).
+// unclaimed, live are unclaimed and not going away (warm or starting). A pod
+// whose claim is not recorded yet (a moment after its job reached it)
+// counts as unclaimed.
 func supply(pods []corev1.Pod) (warm, live int) {
 	for i := range pods {
 		p := &pods[i]
@@ -68,10 +71,15 @@ func supply(pods []corev1.Pod) (warm, live int) {
 	return warm, live
 }
 
-// waitWarm waits until owner's pool has target warm pods. Meanwhile it
-// fails the test if the pool ever keeps more than target unclaimed pods (it
-// must never over-create).
-func waitWarm(ctx context.Context, t *testing.T, cs kubernetes.Interface, owner string, target int, deadline time.Duration) time.Duration {
+// poolSize is a pool's warm target's floor (--pool-size) and bound
+// (--pool-max). Between the two the target follows demand.
+type poolSize struct{ floor, max int }
+
+// waitWarm waits until owner's pool has at least its floor of warm pods
+// (more while a grown target has not shrunk back). Meanwhile it fails the
+// test if the pool ever keeps more than its bound of unclaimed pods: it must
+// never over-create, nor let demand take it past --pool-max.
+func waitWarm(ctx context.Context, t *testing.T, cs kubernetes.Interface, owner string, size poolSize, deadline time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var warm, live, most int
@@ -82,21 +90,31 @@ func waitWarm(ctx context.Context, t *testing.T, cs kubernetes.Interface, owner 
 		}
 		warm, live = supply(pods)
 		most = max(most, live)
-		return warm == target, nil
+		return warm >= size.floor, nil
 	}, wait.WithContext(ctx), wait.WithTimeout(deadline), wait.WithInterval(250*time.Millisecond))
 	if err != nil {
-		t.Fatalf("pool of %s: %d warm of %d (%d unclaimed) after %s: %v", owner, warm, target, live, deadline, err)
+		t.Fatalf("pool of %s: %d warm of at least %d (%d unclaimed) after %s: %v", owner, warm, size.floor, live, deadline, err)
 	}
-	if most > target {
-		t.Errorf("pool of %s over-created: %d unclaimed pods at once, target %d", owner, most, target)
+	if most > size.max {
+		t.Errorf("pool of %s over-created: %d unclaimed pods at once, bound %d", owner, most, size.max)
 	}
 	return time.Since(start)
 }
 
-// poolTarget reads the pool's target size from the service's /metrics.
-func poolTarget(ctx context.Context, t *testing.T, base string) int {
+// poolTarget reads the pool's floor and bound from the service's /metrics.
+func poolTarget(ctx context.Context, t *testing.T, base string) poolSize {
 	t.Helper()
-	const name = "sandbox_pool_target_pods"
+	m := metricValues(ctx, t, base, "sandbox_pool_min_pods", "sandbox_pool_max_pods")
+	size := poolSize{floor: int(m["sandbox_pool_min_pods"]), max: int(m["sandbox_pool_max_pods"])}
+	if size.floor < 1 || size.max < size.floor {
+		t.Fatalf("/metrics: pool floor %d, bound %d", size.floor, size.max)
+	}
+	return size
+}
+
+// metricValues reads the named unlabelled samples from base's /metrics.
+func metricValues(ctx context.Context, t *testing.T, base string, names ...string) map[string]float64 {
+	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -106,18 +124,25 @@ func poolTarget(ctx context.Context, t *testing.T, base string) int {
 		t.Fatalf("GET /metrics: %v", err)
 	}
 	defer resp.Body.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil || f < 1 {
-				t.Fatalf("/metrics: %s %q", name, v)
+		for _, name := range names {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					t.Fatalf("/metrics: %s %q", name, v)
+				}
+				out[name] = f
 			}
-			return int(f)
 		}
 	}
-	t.Fatalf("/metrics has no %s (%v)", name, sc.Err())
-	return 0
+	for _, name := range names {
+		if _, ok := out[name]; !ok {
+			t.Fatalf("/metrics has no %s (%v)", name, sc.Err())
+		}
+	}
+	return out
 }
 
 // reply is one answer of POST /v1/execute as the client saw it: a result,
@@ -181,16 +206,17 @@ func postRequest(ctx context.Context, base string, req api.ExecuteRequest) (repl
 type poolKey struct{}
 
 type poolEnv struct {
-	base   string // forwarded URL of the serve pod
-	owner  string // its name: the owner of its sandbox pods
-	target int    // its pool's target size
+	base   string   // forwarded URL of the serve pod
+	owner  string   // its name: the owner of its sandbox pods
+	target poolSize // its pool's floor and bound
 	cs     kubernetes.Interface
 }
 
 func poolOf(ctx context.Context) poolEnv { return ctx.Value(poolKey{}).(poolEnv) }
 
-// withFullPool forwards to the Ready serve pod and waits until its pool is
-// at its target, so each test starts from a full pool whatever ran before.
+// withFullPool forwards to the Ready serve pod and waits until its pool has
+// its floor of warm pods, so each test starts from a full pool whatever ran
+// before.
 func withFullPool(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 	base, owner := forwardToServe(ctx, t, cfg, podReady)
 	pe := poolEnv{base: base, owner: owner, target: poolTarget(ctx, t, base), cs: clientset(ctx, t)}
@@ -202,7 +228,7 @@ func TestPoolRefill(t *testing.T) {
 	f := features.New("the pool refills to its target after an execution").
 		WithLabel("needs", "service").
 		Setup(withFullPool).
-		Assess("target warm pods again and the used pod gone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("the floor of warm pods again and the used pod gone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			pe := poolOf(ctx)
 			res := execute(ctx, t, pe.base, hostnameCode, 20)
 			if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != res.SandboxID {
@@ -216,7 +242,7 @@ func TestPoolRefill(t *testing.T) {
 				t.Fatalf("used pod %s not deleted: %v", res.SandboxID, err)
 			}
 			t.Logf("ran in %s; %d warm pods again %s after the answer; %s is gone",
-				res.SandboxID, pe.target, took.Round(time.Millisecond), res.SandboxID)
+				res.SandboxID, pe.target.floor, took.Round(time.Millisecond), res.SandboxID)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
@@ -388,7 +414,7 @@ func TestPoolServeDies(t *testing.T) {
 					t.Errorf("sandbox pod %s of the dead serve %s is back", l.Items[i].Name, old.Name)
 				}
 			}
-			t.Logf("new serve pod %s has %d warm pods of its own, %s after Ready", owner, pe.target, took.Round(time.Millisecond))
+			t.Logf("new serve pod %s has %d warm pods of its own, %s after Ready", owner, pe.target.floor, took.Round(time.Millisecond))
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -27,8 +27,14 @@ const (
 
 	// LabelOwner names the serve pod (or host) whose pool made the pod.
 	LabelOwner = "sandbox.dev/owner"
-	// LabelClaimedBy is set, with an optimistic-concurrency write, when a
-	// request takes the pod; a pod carrying it is never handed out again.
+	// LabelIncarnation names the serve process (one start of its container)
+	// whose pool made the pod. A pool only ever hands out pods of its own
+	// incarnation: its claims live in its memory, so a restarted container
+	// cannot know which of its predecessor's pods already ran a job.
+	LabelIncarnation = "sandbox.dev/incarnation"
+	// LabelClaimedBy records, after the job reached the pod's runner, that
+	// the pod was handed out; the claim itself is decided in serve's memory.
+	// A pod carrying it is never handed out again.
 	LabelClaimedBy = "sandbox.dev/claimed-by"
 	// AnnotationClaimedAt records when the claim happened, for operators.
 	AnnotationClaimedAt = "sandbox.dev/claimed-at"
@@ -46,9 +52,17 @@ func RunnerSelector() labels.Selector {
 	return labels.SelectorFromSet(labels.Set{LabelName: RunnerName, LabelKind: KindSnippet})
 }
 
-// OwnerSelector selects the snippet pods of one owner.
+// OwnerSelector selects the snippet pods of one owner, whatever incarnation
+// made them.
 func OwnerSelector(owner string) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{LabelName: RunnerName, LabelKind: KindSnippet, LabelOwner: LabelValue(owner)})
+}
+
+// PoolSelector selects the snippet pods one pool may hand out: its owner's,
+// made by its incarnation.
+func PoolSelector(o Owner) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelName: RunnerName, LabelKind: KindSnippet,
+		LabelOwner: LabelValue(o.Name), LabelIncarnation: LabelValue(o.Incarnation)})
 }
 
 var labelValueRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)

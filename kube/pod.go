@@ -65,6 +65,10 @@ const (
 type Owner struct {
 	Name string
 	UID  types.UID
+	// Incarnation tells this start of the serve process from earlier ones
+	// in the same pod (a container restart keeps the pod's name and UID).
+	// Snippet pods carry it as LabelIncarnation when it is set.
+	Incarnation string
 }
 
 // PodOptions is what varies between deployments of the sandbox pod.
@@ -211,6 +215,9 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr(scratch.DeepCopy())}}},
 			},
 		},
+	}
+	if o.Owner.Incarnation != "" {
+		pod.Labels[LabelIncarnation] = LabelValue(o.Owner.Incarnation)
 	}
 	if o.RuntimeClass != "" {
 		rc := o.RuntimeClass

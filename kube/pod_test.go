@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandboxd/sandbox/weaken"
@@ -301,5 +302,34 @@ func TestUnschedulable(t *testing.T) {
 	}
 	if got := Unschedulable(&corev1.Pod{}); got != "" {
 		t.Errorf("Unschedulable of a fresh pod = %q", got)
+	}
+}
+
+// TestPoolSelectorTellsIncarnationsApart: a pool's selector matches the pods
+// its own process made and none of an earlier start of the same serve pod,
+// nor another owner's.
+func TestPoolSelectorTellsIncarnationsApart(t *testing.T) {
+	owner := Owner{Name: "serve-0", UID: "1234", Incarnation: "a1b2c3"}
+	mine := testPod(PodOptions{Owner: owner})
+	if mine.Labels[LabelIncarnation] != "a1b2c3" {
+		t.Fatalf("labels %v: want the incarnation", mine.Labels)
+	}
+	earlier := testPod(PodOptions{Owner: Owner{Name: "serve-0", UID: "1234", Incarnation: "ffff00"}})
+	other := testPod(PodOptions{Owner: Owner{Name: "serve-1", UID: "5678", Incarnation: "a1b2c3"}})
+	sel := PoolSelector(owner)
+	for _, c := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{{"own", mine, true}, {"earlier incarnation", earlier, false}, {"other owner", other, false}} {
+		if got := sel.Matches(labels.Set(c.pod.Labels)); got != c.want {
+			t.Errorf("%s: PoolSelector matches = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !OwnerSelector("serve-0").Matches(labels.Set(earlier.Labels)) {
+		t.Error("OwnerSelector must match every incarnation of its owner (the janitor and the e2e suite use it)")
+	}
+	if _, ok := testPod(PodOptions{Owner: Owner{Name: "laptop"}}).Labels[LabelIncarnation]; ok {
+		t.Error("incarnation label set without an incarnation")
 	}
 }

@@ -61,7 +61,8 @@ const (
 type Options struct {
 	Namespace      string
 	Image          string   // the service's and the sandbox pods' image
-	PoolSize       int      // warm pods the service keeps
+	PoolSize       int      // warm pods the service keeps: the floor
+	PoolMax        int      // the most unclaimed pods under demand (0: pool.DefaultMaxFactor × PoolSize)
 	RuntimeClass   string   // runtimeClassName of sandbox pods, e.g. gvisor
 	PodCPURequest  string   // CPU request of sandbox pods ("" = their 1-CPU limit)
 	APIServerCIDRs []string // where the service may reach the API server
@@ -94,6 +95,12 @@ func (o *Options) defaults() error {
 	}
 	if o.PoolSize < 1 {
 		return fmt.Errorf("pool size %d: must be at least 1", o.PoolSize)
+	}
+	if o.PoolMax == 0 {
+		o.PoolMax = pool.DefaultMaxFactor * o.PoolSize
+	}
+	if o.PoolMax < o.PoolSize {
+		return fmt.Errorf("pool max %d: must be at least the pool size %d", o.PoolMax, o.PoolSize)
 	}
 	if o.RuntimeClass != "" {
 		if errs := validation.IsDNS1123Subdomain(o.RuntimeClass); len(errs) > 0 {
@@ -251,6 +258,7 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 		set := map[string]string{
 			"SANDBOX_IMAGE":                o.Image,
 			"SANDBOX_POOL_SIZE":            strconv.Itoa(o.PoolSize),
+			"SANDBOX_POOL_MAX":             strconv.Itoa(o.PoolMax),
 			"SANDBOX_RUNTIME_CLASS":        o.RuntimeClass,
 			"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
 			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ","),

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/pool"
 )
 
 // byKind indexes objects as "Kind/name".
@@ -125,6 +127,9 @@ func TestKustomizationListsEveryFile(t *testing.T) {
 func TestOptionsApply(t *testing.T) {
 	o := Options{Namespace: "sb", Image: "reg.example/sandbox:v1", PoolSize: 7, RuntimeClass: "gvisor", PodCPURequest: "100m", APIServerCIDRs: []string{"192.0.2.10/32", "10.0.0.1/32"}}
 	m := mustObjects(t, o)
+	if got := deploymentEnv(t, mustObjects(t, Options{PoolSize: 5, PoolMax: 9}))["SANDBOX_POOL_MAX"]; got != "9" {
+		t.Errorf("SANDBOX_POOL_MAX %q with --pool-max 9", got)
+	}
 	if _, ok := m["Namespace/sb"]; !ok {
 		t.Fatal("no Namespace sb")
 	}
@@ -160,6 +165,7 @@ func TestOptionsRejected(t *testing.T) {
 		"namespace":     {Namespace: "Not_A_Namespace"},
 		"cidr":          {APIServerCIDRs: []string{"10.0.0.1"}},
 		"pool size":     {PoolSize: -1},
+		"pool max":      {PoolSize: 5, PoolMax: 4},
 		"runtime class": {RuntimeClass: "G Visor"},
 		"cpu request":   {PodCPURequest: "3"},
 	} {
@@ -382,4 +388,24 @@ func decodeAll(t *testing.T, b []byte) []runtime.Object {
 		}
 	}
 	return out
+}
+
+func deploymentEnv(t *testing.T, m map[string]runtime.Object) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range m["Deployment/sandbox"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	return env
+}
+
+// TestPoolMaxFollowsPoolSize: the files' 12 is 4 × their 3; another pool
+// size without --pool-max gets the same factor, not the files' number.
+func TestPoolMaxFollowsPoolSize(t *testing.T) {
+	if got := deploymentEnv(t, mustObjects(t, Options{}))["SANDBOX_POOL_MAX"]; got != strconv.Itoa(pool.DefaultMaxFactor*DefaultPoolSize) {
+		t.Errorf("default SANDBOX_POOL_MAX %q, want %d × %d", got, pool.DefaultMaxFactor, DefaultPoolSize)
+	}
+	if got := deploymentEnv(t, mustObjects(t, Options{PoolSize: 5}))["SANDBOX_POOL_MAX"]; got != strconv.Itoa(pool.DefaultMaxFactor*5) {
+		t.Errorf("SANDBOX_POOL_MAX %q with --pool-size 5", got)
+	}
 }

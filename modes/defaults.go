@@ -36,6 +36,7 @@ func vars() kong.Vars {
 		"isolation":           local.IsolationAuto,
 		"isolations":          strings.Join([]string{local.IsolationAuto, local.IsolationStrict, local.IsolationNone}, ","),
 		"pool_size":           strconv.Itoa(pool.DefaultSize),
+		"pool_max_factor":     strconv.Itoa(pool.DefaultMaxFactor),
 		"pool_wait":           seconds(pool.DefaultWait),
 		"runner_port":         strconv.Itoa(kube.DefaultRunnerPort),
 		"pod_pids_limit":      strconv.Itoa(kube.DefaultPodPidsLimit),

@@ -12,7 +12,8 @@ import (
 type ManifestsCmd struct {
 	Image            string        `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the service and of its sandbox pods."`
 	Namespace        string        `default:"${namespace}" help:"Namespace to deploy into (created, with Pod Security restricted)."`
-	PoolSize         int           `name:"pool-size" default:"${pool_size}" help:"Warm sandbox pods the service keeps Ready."`
+	PoolSize         int           `name:"pool-size" default:"${pool_size}" help:"Warm sandbox pods the service keeps Ready: the floor."`
+	PoolMax          int           `name:"pool-max" help:"The most unclaimed sandbox pods a replica grows to under demand (default ${pool_max_factor} × --pool-size)."`
 	RuntimeClass     string        `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
 	PodCPURequest    string        `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
 	APIServerCIDRs   []string      `name:"api-server-cidr" default:"${api_server_cidrs}" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
@@ -27,6 +28,7 @@ func (c *ManifestsCmd) Run(d *Deps) error {
 		Namespace:        c.Namespace,
 		Image:            c.Image,
 		PoolSize:         c.PoolSize,
+		PoolMax:          c.PoolMax,
 		RuntimeClass:     c.RuntimeClass,
 		PodCPURequest:    c.PodCPURequest,
 		APIServerCIDRs:   c.APIServerCIDRs,

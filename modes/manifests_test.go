@@ -9,14 +9,14 @@ import (
 
 func TestManifestsMode(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := Main([]string{"manifests", "--image", "reg.example/sandbox:v2", "--namespace", "sb", "--pool-size", "5",
+	code := Main([]string{"manifests", "--image", "reg.example/sandbox:v2", "--namespace", "sb", "--pool-size", "5", "--pool-max", "17",
 		"--runtime-class", "gvisor", "--pod-cpu-request", "250m", "--api-server-cidr", "192.0.2.1/32,198.51.100.0/24"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	s := out.String()
 	for _, want := range []string{
-		"kind: Namespace", "name: sb\n", "image: reg.example/sandbox:v2", "value: \"5\"", "value: gvisor", "value: 250m",
+		"kind: Namespace", "name: sb\n", "image: reg.example/sandbox:v2", "value: \"5\"", "value: \"17\"", "value: gvisor", "value: 250m",
 		"cidr: 192.0.2.1/32", "cidr: 198.51.100.0/24", "kind: NetworkPolicy", "kind: Role\n",
 	} {
 		if !strings.Contains(s, want) {
@@ -41,6 +41,8 @@ func TestManifestsModeRejectsBadCIDR(t *testing.T) {
 func TestNewKubeBackendValidates(t *testing.T) {
 	for name, f := range map[string]KubeFlags{
 		"pool size":   {Image: "x", PoolSize: 0, PoolWait: 1, RunnerPort: 8080},
+		"pool max":    {Image: "x", PoolSize: 3, PoolMax: 2, PoolWait: 1, RunnerPort: 8080},
+		"pool max <0": {Image: "x", PoolSize: 3, PoolMax: -1, PoolWait: 1, RunnerPort: 8080},
 		"pool wait":   {Image: "x", PoolSize: 1, PoolWait: 0, RunnerPort: 8080},
 		"runner port": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 70000},
 		"image":       {PoolSize: 1, PoolWait: 1, RunnerPort: 8080},

@@ -22,7 +22,8 @@ import (
 type KubeFlags struct {
 	Namespace    string        `env:"SANDBOX_NAMESPACE" help:"Namespace of the sandbox pods (default: this pod's namespace in a cluster, else ${namespace})."`
 	Image        string        `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the sandbox pods (python3 and this binary)."`
-	PoolSize     int           `name:"pool-size" default:"${pool_size}" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods to keep."`
+	PoolSize     int           `name:"pool-size" default:"${pool_size}" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods always kept: the warm pool's floor."`
+	PoolMax      int           `name:"pool-max" env:"SANDBOX_POOL_MAX" help:"The most unclaimed sandbox pods (Ready or starting) the pool grows to under demand (default ${pool_max_factor} × --pool-size). It bounds what a flood of requests can start."`
 	PoolWait     time.Duration `name:"pool-wait" default:"${pool_wait}" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
 	RuntimeClass string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
 	RunnerPort   int           `name:"runner-port" default:"${runner_port}" help:"Port of the runner in sandbox pods."`
@@ -45,6 +46,8 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 	switch {
 	case f.PoolSize < 1:
 		return nil, nil, fmt.Errorf("--pool-size %d: must be at least 1", f.PoolSize)
+	case f.PoolMax < 0 || f.PoolMax > 0 && f.PoolMax < f.PoolSize:
+		return nil, nil, fmt.Errorf("--pool-max %d: must be at least --pool-size (%d), or 0 for %d × it", f.PoolMax, f.PoolSize, pool.DefaultMaxFactor)
 	case f.PoolWait <= 0:
 		return nil, nil, fmt.Errorf("--pool-wait %s: must be positive", f.PoolWait)
 	case f.RunnerPort < 1 || f.RunnerPort > 65535:
@@ -90,6 +93,7 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 			Unsafe:       unsafe,
 		},
 		Size:   f.PoolSize,
+		Max:    f.PoolMax,
 		Wait:   f.PoolWait,
 		Logger: log,
 	})

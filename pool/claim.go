@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -12,11 +11,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
+)
+
+// The claim's record on the pod: written after the job reached the runner,
+// off the request path.
+const (
+	// recordTimeout bounds the record's API calls, retries included; the
+	// used pod's delete waits for it, so it also bounds that delay.
+	recordTimeout = 10 * time.Second
+	// recordAttempts and recordBackoff: a write the API server refused
+	// (throttled, briefly unavailable) is tried again, 100 ms later, then
+	// 200 ms, 400 ms.
+	recordAttempts = 4
+	recordBackoff  = 100 * time.Millisecond
 )
 
 // errShuttingDown answers requests that arrive after shutdown began.
@@ -27,15 +38,15 @@ var errShuttingDown = &api.Error{
 }
 
 // claim takes a Ready pod for one request, waiting until deadline for one to
-// appear. Waiting is on the informer's events, never a timer loop. The claim
-// is a single patch that carries the resourceVersion the pool saw: if anyone
-// changed the pod since (another replica claimed it, the kubelet updated its
-// status), the API server answers Conflict and the next candidate is tried;
-// the pod comes back as a candidate when the informer shows its new state.
+// appear. Waiting is on the informer's events, never a timer loop.
 //
-// The claim's API calls end at the same deadline: an API server that stops
-// answering gives the empty pool's 503, not a request that hangs. A patch
-// that still lands after that is a stale claim, which reconcile deletes.
+// The claim is decided here, in memory, under the pool's lock: the informer
+// shows only this process's own pods (see New), so nobody else can hand them
+// out, and a pod once taken is marked spent and never offered again. No
+// API call is on this path; recordClaim writes the claim to the pod once
+// the job has reached the runner. A pod's own runner takes exactly one job
+// and refuses any other (409), the last line of defence should two
+// claimers ever meet one pod.
 func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, error) {
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -56,44 +67,62 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 		return nil, errShuttingDown
 	}
 
+	p.mu.Lock()
+	p.targeter.claimed(p.clock.Now())
+	waiting := false
+	defer func() {
+		if waiting {
+			p.mu.Lock()
+			p.waiting--
+			p.mu.Unlock()
+		}
+	}()
 	for {
-		p.mu.Lock()
 		if p.closing {
 			p.mu.Unlock()
 			return nil, errShuttingDown
 		}
-		cands := p.candidatesLocked(time.Now())
+		pod := p.takeLocked(time.Now())
+		if pod == nil && !waiting {
+			waiting = true
+			p.waiting++
+		}
+		grew := p.retargetLocked()
 		changed := p.changed
 		p.mu.Unlock()
-
-		for _, pod := range cands {
-			got, err := p.tryClaim(wctx, pod)
-			if err == nil {
-				return got, nil
-			}
-			if wctx.Err() != nil {
-				if ctx.Err() == nil {
-					p.log.Warn("claim sandbox pod: the API server did not answer before the pool wait ended", "pod", pod.Name, "err", err)
-				}
-				return nil, ended()
-			}
-			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && !errors.Is(err, errTaken) {
-				p.log.Warn("claim sandbox pod", "pod", pod.Name, "err", err)
-			}
+		if pod != nil || grew {
+			p.poke() // start the taken pod's replacement, or the new target's pods
 		}
-
+		if pod != nil {
+			return pod, nil
+		}
 		select {
 		case <-changed:
 		case <-wctx.Done():
 			return nil, ended()
 		}
+		p.mu.Lock()
 	}
+}
+
+// takeLocked hands out the available pod closest to its deadline (the
+// oldest), marking it in use and spent, or returns nil.
+func (p *Pool) takeLocked(now time.Time) *corev1.Pod {
+	cands := p.candidatesLocked(now)
+	if len(cands) == 0 {
+		return nil
+	}
+	pod := cands[0]
+	p.inUse[pod.Name] = now
+	p.spent[pod.Name] = true
+	p.m.ready.Set(float64(len(cands) - 1))
+	return pod
 }
 
 // candidatesLocked lists the pods a request may claim, oldest first: they
 // are the closest to their deadline and have waited longest.
 func (p *Pool) candidatesLocked(now time.Time) []*corev1.Pod {
-	pods, _ := p.lister.List(labels.Everything())
+	pods, _ := p.lister.List(p.selector)
 	var out []*corev1.Pod
 	for _, pod := range pods {
 		if p.availableLocked(pod, now) {
@@ -110,46 +139,77 @@ func (p *Pool) candidatesLocked(now time.Time) []*corev1.Pod {
 	return out
 }
 
-// errTaken: another request of this process got there first.
-var errTaken = errors.New("pod already taken here")
-
-// tryClaim marks pod in use locally (so concurrent requests here do not race
-// for it) and claims it on the API server with one optimistic write.
-func (p *Pool) tryClaim(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
-	p.mu.Lock()
-	if p.inUse[pod.Name] || p.closing {
-		p.mu.Unlock()
-		return nil, errTaken
+// retargetLocked re-evaluates the warm target and reports whether it grew
+// (so that the caller pokes the reconcile loop).
+func (p *Pool) retargetLocked() (grew bool) {
+	now := p.clock.Now()
+	before := p.targeter.target
+	target, why := p.targeter.update(now, p.waiting)
+	p.m.claimRate.Set(p.targeter.claimRate(now))
+	if why == "" {
+		return false
 	}
-	p.inUse[pod.Name] = true
-	p.mu.Unlock()
-
-	got, err := p.client.CoreV1().Pods(p.opts.Namespace).Patch(ctx, pod.Name, types.MergePatchType,
-		claimPatch(pod.ResourceVersion, p.claimer, time.Now()), metav1.PatchOptions{})
-	if err != nil {
-		p.mu.Lock()
-		delete(p.inUse, pod.Name)
-		p.mu.Unlock()
-		return nil, err
-	}
-	p.poke() // the pod left the supply: start its replacement now
-	if got.Status.PodIP == "" {
-		// The patch answer carries the status; keep the informer's if the
-		// API server (or a fake) left it out.
-		got.Status = pod.Status
-	}
-	return got, nil
+	p.m.target.Set(float64(target))
+	p.m.targetChanges.WithLabelValues(why).Inc()
+	p.log.Info("warm target moved", "from", before, "to", target, "reason", why,
+		"claim_rate", p.targeter.claimRate(now), "pod_start_s", p.targeter.start, "waiting", p.waiting)
+	return target > before
 }
 
-// claimPatch is a JSON merge patch that sets the claim label. Carrying
-// metadata.resourceVersion makes the API server apply it only to the version
-// the pool looked at, which is what makes the claim atomic.
-func claimPatch(resourceVersion, claimer string, now time.Time) []byte {
+// recordClaim writes the claim onto pod name: the claimed-by label and the
+// claimed-at annotation, which operators, verify's watch and the e2e suite
+// read. It is called once the job has been written to the runner, and never
+// holds up the answer: it runs in the background, tries again when the API
+// server refuses, and gives up after recordTimeout (the pool itself never
+// needs it: spent is its record). A pod already released is not written to
+// -- its delete is under way.
+func (p *Pool) recordClaim(name string) {
+	p.mu.Lock()
+	at, ok := p.inUse[name]
+	if !ok || p.recording[name] != nil {
+		p.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	p.recording[name] = done
+	p.bg.Add(1)
+	p.mu.Unlock()
+
+	go func() {
+		defer p.bg.Done()
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		defer cancel()
+		patch := claimPatch(p.claimer, at)
+		wait := recordBackoff
+		for attempt := 1; ; attempt++ {
+			_, err := p.client.CoreV1().Pods(p.opts.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+			if err == nil || apierrors.IsNotFound(err) {
+				return
+			}
+			if attempt == recordAttempts || ctx.Err() != nil {
+				p.m.recordErrors.Inc()
+				p.log.Warn("record the claim on the sandbox pod (the pool does not need it; it deletes the pod after the run)",
+					"pod", name, "attempts", attempt, "err", err)
+				return
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+			wait *= 2
+		}
+	}()
+}
+
+// claimPatch is a JSON merge patch that records the claim. It carries no
+// resourceVersion: the pod is this process's alone, and the kubelet's status
+// updates in the meantime must not make it fail.
+func claimPatch(claimer string, at time.Time) []byte {
 	b, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{
-			"resourceVersion": resourceVersion,
-			"labels":          map[string]string{kube.LabelClaimedBy: claimer},
-			"annotations":     map[string]string{kube.AnnotationClaimedAt: now.UTC().Format(time.RFC3339Nano)},
+			"labels":      map[string]string{kube.LabelClaimedBy: claimer},
+			"annotations": map[string]string{kube.AnnotationClaimedAt: at.UTC().Format(time.RFC3339Nano)},
 		},
 	})
 	if err != nil {

@@ -43,6 +43,11 @@ type env struct {
 
 	creates atomic.Int32
 	patches atomic.Int32
+	// jobs counts requests that reached the runner; earlyPatches the pod
+	// patches (claim records) that came before their job had: there must
+	// be none, the claim's record is written after the job is handed over.
+	jobs         atomic.Int32
+	earlyPatches atomic.Int32
 
 	cancel context.CancelFunc
 	done   chan error
@@ -56,6 +61,9 @@ func newEnv(t testing.TB, objs []runtime.Object, opts ...envOpt) *env {
 	e.autoReady.Store(true)
 	e.handler.Store(http.HandlerFunc(okRunner))
 	e.runner = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/execute" {
+			e.jobs.Add(1)
+		}
 		e.handler.Load().(http.HandlerFunc)(w, r)
 	}))
 	t.Cleanup(e.runner.Close)
@@ -73,8 +81,22 @@ func newEnv(t testing.TB, objs []runtime.Object, opts ...envOpt) *env {
 		return false, nil, nil
 	})
 	e.cs.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		e.patches.Add(1)
+		n := e.patches.Add(1)
+		// The job was written to the runner's socket before the record
+		// starts; give the test server a moment to count it.
+		deadline := time.Now().Add(time.Second)
+		for e.jobs.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if e.jobs.Load() < n {
+			e.earlyPatches.Add(1)
+		}
 		return false, nil, nil
+	})
+	t.Cleanup(func() {
+		if n := e.earlyPatches.Load(); n > 0 {
+			t.Errorf("%d pod patches came before their job reached the runner: a claim must be recorded after it", n)
+		}
 	})
 
 	o := Options{
@@ -237,9 +259,22 @@ func breakConn(w http.ResponseWriter) {
 	_ = c.Close()
 }
 
-// claimedPods lists the pods carrying a claim: the one a runner request was
-// meant for (the test runner serves every pod).
+// claimedPods lists the pods the pool has handed out and not yet released:
+// the one a runner request was meant for (the test runner serves every pod).
+// The pool's memory is the claim; the label comes a moment later.
 func (e *env) claimedPods() []string {
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	var names []string
+	for name := range e.pool.inUse {
+		names = append(names, name)
+	}
+	return names
+}
+
+// labelledPods lists the pods whose claim is recorded on them and that are
+// not going away.
+func (e *env) labelledPods() []string {
 	var names []string
 	for _, p := range e.pods() {
 		if p.Labels[kube.LabelClaimedBy] != "" && p.DeletionTimestamp == nil {

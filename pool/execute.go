@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"sync"
 	"time"
@@ -95,7 +96,16 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	defer cancel()
 	rctx, died := context.WithCancelCause(rctx)
 	defer p.watchRun(rctx, pod.Name, died)()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+"/v1/execute", bytes.NewReader(body))
+	// The claim is recorded on the pod once the job is written to the runner:
+	// off the request path, and only for a pod that really got a job.
+	traced := httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				p.recordClaim(pod.Name)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(traced, http.MethodPost, "http://"+addr+"/v1/execute", bytes.NewReader(body))
 	if err != nil {
 		return exec.Result{}, fmt.Errorf("build runner request: %w", err)
 	}

@@ -15,14 +15,19 @@ import (
 
 // janitor runs once, before the first claim, and deletes the sandbox pods
 // nobody will ever use:
-//   - pods of this owner that carry a claim: a run of an earlier process in
-//     the same pod (a container restart) that never finished cleaning up;
+//   - pods of this owner made by an earlier start of this process (its
+//     container restarted: same pod, same UID, another incarnation). Its
+//     claims lived in its memory, and the record of a claim is written only
+//     after the job reached the pod, so none of its pods can be trusted to
+//     be unused: all go;
 //   - pods whose owner pod is gone or was replaced (same name, other UID).
 //
 // The garbage collector removes the second kind too, but asynchronously;
 // the janitor makes a restart start clean. Pods without an ownerReference
-// (a serve outside the cluster) cannot be judged and are left to their
-// activeDeadlineSeconds.
+// (a serve outside the cluster, where a second process on the same host
+// cannot be told from an earlier one) cannot be judged and are left to
+// their activeDeadlineSeconds; the pool never hands them out, since it
+// only sees its own incarnation's pods.
 func (p *Pool) janitor(ctx context.Context) error {
 	pods, err := p.client.CoreV1().Pods(p.opts.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: kube.RunnerSelector().String(),
@@ -30,6 +35,7 @@ func (p *Pool) janitor(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list sandbox pods: %w", err)
 	}
+	self := p.opts.Pod.Owner
 	owners := map[string]string{} // owner name/uid -> why its pods are orphans ("" = alive)
 	cleaned := 0
 	for i := range pods.Items {
@@ -38,12 +44,13 @@ func (p *Pool) janitor(ctx context.Context) error {
 			continue
 		}
 		var why string
-		if pod.Labels[kube.LabelOwner] == p.claimer {
-			if pod.Labels[kube.LabelClaimedBy] != "" {
-				why = "stale claim from an earlier run of this service"
-			}
-		} else {
-			why = p.orphaned(ctx, pod, owners)
+		switch ref := podOwnerRef(pod); {
+		case pod.Labels[kube.LabelOwner] == p.claimer && pod.Labels[kube.LabelIncarnation] == kube.LabelValue(self.Incarnation):
+			continue // this process's own: none exist before the first create
+		case pod.Labels[kube.LabelOwner] == p.claimer && self.UID != "" && ref != nil && ref.UID == self.UID:
+			why = "made by an earlier start of this serve container"
+		default:
+			why = p.orphaned(ctx, ref, owners)
 		}
 		if why == "" {
 			continue
@@ -56,23 +63,27 @@ func (p *Pool) janitor(ctx context.Context) error {
 		}
 		cleaned++
 		p.m.orphans.Inc()
-		p.log.Info("janitor deleted sandbox pod", "pod", pod.Name, "pod_owner", pod.Labels[kube.LabelOwner], "why", why)
+		p.log.Info("janitor deleted sandbox pod", "pod", pod.Name, "pod_owner", pod.Labels[kube.LabelOwner],
+			"pod_incarnation", pod.Labels[kube.LabelIncarnation], "why", why)
 	}
 	p.log.Info("janitor done", "sandbox_pods", len(pods.Items), "deleted", cleaned)
 	return nil
 }
 
-// orphaned says why pod's owner is gone, or "" when it lives or cannot be
-// judged. owners caches answers per owner.
-func (p *Pool) orphaned(ctx context.Context, pod *corev1.Pod, owners map[string]string) string {
-	var ref *metav1.OwnerReference
+// podOwnerRef is pod's ownerReference to a serve pod, or nil.
+func podOwnerRef(pod *corev1.Pod) *metav1.OwnerReference {
 	for i := range pod.OwnerReferences {
 		r := &pod.OwnerReferences[i]
 		if r.Kind == "Pod" && r.APIVersion == "v1" {
-			ref = r
-			break
+			return r
 		}
 	}
+	return nil
+}
+
+// orphaned says why the owner pod ref points at is gone, or "" when it
+// lives or cannot be judged (no ref). owners caches answers per owner.
+func (p *Pool) orphaned(ctx context.Context, ref *metav1.OwnerReference, owners map[string]string) string {
 	if ref == nil {
 		return ""
 	}

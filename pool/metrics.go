@@ -8,14 +8,20 @@ import (
 
 // metrics are the pool's own; executions by outcome are the server's.
 type metrics struct {
-	ready        prometheus.Gauge
-	target       prometheus.Gauge
-	claimWait    prometheus.Histogram
-	podStartup   prometheus.Histogram
-	orphans      prometheus.Counter
-	unreachable  prometheus.Counter
-	podDeaths    prometheus.Counter
-	createErrors prometheus.Counter
+	ready         prometheus.Gauge
+	target        prometheus.Gauge
+	floor         prometheus.Gauge
+	max           prometheus.Gauge
+	targetChanges *prometheus.CounterVec
+	claimRate     prometheus.Gauge
+	startEstimate prometheus.Gauge
+	recordErrors  prometheus.Counter
+	claimWait     prometheus.Histogram
+	podStartup    prometheus.Histogram
+	orphans       prometheus.Counter
+	unreachable   prometheus.Counter
+	podDeaths     prometheus.Counter
+	createErrors  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -26,12 +32,36 @@ func newMetrics() *metrics {
 		}),
 		target: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandbox_pool_target_pods",
-			Help: "How many Ready, unclaimed pods the pool keeps (--pool-size).",
+			Help: "How many unclaimed pods (Ready or starting) the pool keeps now: --pool-size, more under demand, at most --pool-max.",
+		}),
+		floor: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbox_pool_min_pods",
+			Help: "The warm target's floor (--pool-size).",
+		}),
+		max: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbox_pool_max_pods",
+			Help: "The warm target's bound (--pool-max).",
+		}),
+		targetChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_pool_target_changes_total",
+			Help: "Moves of the warm target, by reason: claim_rate, waiting_requests, capped (grew to --pool-max), demand_fell (shrank).",
+		}, []string{"reason"}),
+		claimRate: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbox_pool_claim_rate",
+			Help: "Requests for a pod per second, smoothed over about ten seconds: what the warm target follows.",
+		}),
+		startEstimate: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbox_pool_pod_start_estimate_seconds",
+			Help: "Smoothed create-to-Ready time of this pool's pods: what the warm target multiplies the claim rate by.",
+		}),
+		recordErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbox_pool_claim_record_errors_total",
+			Help: "Claims whose record on the pod (label and annotation, written after the job reached the runner) failed; the pod is deleted after its run regardless.",
 		}),
 		claimWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbox_pool_claim_wait_seconds",
-			Help:    "Time a request spent getting a pod: from a warm claim (one API write) to the full --pool-wait.",
-			Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Help:    "Time a request spent getting a pod: from a warm claim (in memory) to the full --pool-wait.",
+			Buckets: []float64{.0001, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 		podStartup: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbox_pool_pod_startup_seconds",
@@ -58,7 +88,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ready, m.target, m.claimWait, m.podStartup, m.orphans, m.unreachable, m.podDeaths, m.createErrors}
+	return []prometheus.Collector{m.ready, m.target, m.floor, m.max, m.targetChanges, m.claimRate, m.startEstimate, m.recordErrors, m.claimWait, m.podStartup, m.orphans, m.unreachable, m.podDeaths, m.createErrors}
 }
 
 // RegisterMetrics adds the pool's metrics to reg; the server calls it with

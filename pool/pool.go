@@ -1,12 +1,16 @@
 // Package pool is the Kubernetes backend of the service: a warm pool of
-// one-use sandbox pods. It keeps Size pods Ready and unclaimed (watching them
-// with an informer, never polling), claims one per request with an
-// optimistic-concurrency write, sends the job straight to the pod's runner,
-// and deletes the pod afterwards while a replacement starts.
+// one-use sandbox pods. It keeps at least Size pods Ready and unclaimed, more
+// under demand (watching them with an informer, never polling), claims one
+// per request in memory -- each serve process owns its pods, so no other
+// claimer exists -- sends the job straight to the pod's runner, records the
+// claim on the pod once the job is there, and deletes the pod afterwards
+// while a replacement starts.
 package pool
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/sandboxd/sandbox/kube"
 )
@@ -64,10 +69,16 @@ type Options struct {
 	Client    kubernetes.Interface
 	Namespace string
 	// Pod is the sandbox pod template's variable part; its Owner identifies
-	// this pool (Owner.Name is required, Owner.UID adds ownerReferences).
+	// this pool (Owner.Name defaults to the host name, Owner.UID adds
+	// ownerReferences, Owner.Incarnation is drawn at random when empty).
 	Pod  kube.PodOptions
-	Size int           // Ready+unclaimed pods to keep; 0 means DefaultSize
+	Size int           // the floor: unclaimed pods always kept; 0 means DefaultSize
+	Max  int           // the most unclaimed pods under demand; 0 means DefaultMaxFactor × Size
 	Wait time.Duration // how long a request waits for a pod; 0 means DefaultWait
+
+	// Clock drives the warm target's smoothing and hold; nil is the real
+	// clock.
+	Clock clock.WithTicker
 
 	Logger *slog.Logger // nil: slog.Default()
 
@@ -84,11 +95,17 @@ type Pool struct {
 	log     *slog.Logger
 	client  kubernetes.Interface
 	m       *metrics
-	claimer string // value of the claimed-by label
+	claimer string // value of the owner and claimed-by labels
 	http    *http.Client
+	clock   clock.WithTicker
 
 	informer cache.SharedIndexInformer
 	lister   corelisters.PodNamespaceLister
+	// selector is this pool's pods (kube.PoolSelector). The informer asks
+	// the API server for these only, and every read of its cache applies it
+	// again, so that a watch that ever sent more (the fake clientset's does)
+	// could not hand out, count or delete another pool's pod.
+	selector labels.Selector
 	factory  informers.SharedInformerFactory
 
 	kick    chan struct{} // wakes the reconcile loop; capacity 1, coalescing
@@ -99,15 +116,19 @@ type Pool struct {
 
 	mu            sync.Mutex
 	exp           *expectations
-	inUse         map[string]bool        // pods claimed (or being claimed) here
-	gone          map[string]*corev1.Pod // last state of in-use pods deleted mid-run
-	createdAt     map[string]time.Time   // for the create-to-Ready histogram
-	unschedulable map[string]bool        // pods already reported as unschedulable
-	changed       chan struct{}          // closed and replaced on every pod event
-	closing       bool                   // shutdown began: no new claims
-	empty         bool                   // no warm pod at the last event: logged on each change
-	inflight      sync.WaitGroup         // executions under way
-	bg            sync.WaitGroup         // deletes off the request path
+	inUse         map[string]time.Time     // pods claimed and not yet released -> when claimed
+	spent         map[string]bool          // every pod this process handed out, until it is gone
+	recording     map[string]chan struct{} // claims being written to their pod; closed when done
+	gone          map[string]*corev1.Pod   // last state of in-use pods deleted mid-run
+	targeter      *targeter
+	waiting       int                  // requests waiting for a pod
+	createdAt     map[string]time.Time // for the create-to-Ready histogram
+	unschedulable map[string]bool      // pods already reported as unschedulable
+	changed       chan struct{}        // closed and replaced on every pod event
+	closing       bool                 // shutdown began: no new claims
+	empty         bool                 // no warm pod at the last event: logged on each change
+	inflight      sync.WaitGroup       // executions under way
+	bg            sync.WaitGroup       // deletes off the request path
 }
 
 // New checks the options and builds a Pool; Run starts it.
@@ -134,6 +155,18 @@ func New(o Options) (*Pool, error) {
 	if o.Size == 0 {
 		o.Size = DefaultSize
 	}
+	if o.Max == 0 {
+		o.Max = DefaultMaxFactor * o.Size
+	}
+	if o.Max < o.Size {
+		return nil, fmt.Errorf("pool: max %d is below the size %d", o.Max, o.Size)
+	}
+	if o.Pod.Owner.Incarnation == "" {
+		o.Pod.Owner.Incarnation = newIncarnation()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	if o.Wait <= 0 {
 		o.Wait = DefaultWait
 	}
@@ -146,20 +179,30 @@ func New(o Options) (*Pool, error) {
 	}
 	m := newMetrics()
 	m.target.Set(float64(o.Size))
+	m.floor.Set(float64(o.Size))
+	m.max.Set(float64(o.Max))
+	m.startEstimate.Set(initialStart.Seconds())
+	for _, r := range []string{reasonRate, reasonWaiting, reasonCapped, reasonIdle} {
+		m.targetChanges.WithLabelValues(r) // shown at 0 before the first move
+	}
 
 	p := &Pool{
 		opts:          o,
-		log:           o.Logger.With("component", "pool", "namespace", o.Namespace, "owner", o.Pod.Owner.Name),
+		log:           o.Logger.With("component", "pool", "namespace", o.Namespace, "owner", o.Pod.Owner.Name, "incarnation", o.Pod.Owner.Incarnation),
 		client:        o.Client,
 		m:             m,
 		claimer:       kube.LabelValue(o.Pod.Owner.Name),
 		http:          o.HTTPClient,
+		clock:         o.Clock,
 		kick:          make(chan struct{}, 1),
 		started:       make(chan struct{}),
 		stopping:      make(chan struct{}),
 		exp:           newExpectations(),
-		inUse:         map[string]bool{},
+		inUse:         map[string]time.Time{},
+		spent:         map[string]bool{},
+		recording:     map[string]chan struct{}{},
 		gone:          map[string]*corev1.Pod{},
+		targeter:      newTargeter(o.Size, o.Max),
 		createdAt:     map[string]time.Time{},
 		unschedulable: map[string]bool{},
 		changed:       make(chan struct{}),
@@ -169,8 +212,11 @@ func New(o Options) (*Pool, error) {
 		p.http = newPodClient(o.Dialer)
 	}
 
-	// Watch only this pool's pods: the janitor looks at the others once.
-	selector := kube.OwnerSelector(o.Pod.Owner.Name).String()
+	// Watch only this pool's pods -- this owner's, made by this process --
+	// so no pod of another replica, or of an earlier start of this one, can
+	// ever be handed out here. The janitor looks at the others once.
+	p.selector = kube.PoolSelector(o.Pod.Owner)
+	selector := p.selector.String()
 	p.factory = informers.NewSharedInformerFactoryWithOptions(o.Client, resyncPeriod,
 		informers.WithNamespace(o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
@@ -205,7 +251,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 		return errors.New("pool: pod informer did not sync")
 	}
-	p.log.Info("pool watching pods", "size", p.opts.Size, "image", p.opts.Pod.Image, "runtime_class", p.opts.Pod.RuntimeClass)
+	p.log.Info("pool watching pods", "size", p.opts.Size, "max", p.opts.Max, "image", p.opts.Pod.Image, "runtime_class", p.opts.Pod.RuntimeClass)
 
 	// The janitor runs before the first claim, so it can never take a claim
 	// of this process for a stale one.
@@ -239,7 +285,7 @@ func (p *Pool) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	names := map[string]bool{}
-	pods, _ := p.lister.List(labels.Everything())
+	pods, _ := p.lister.List(p.selector)
 	for _, pod := range pods {
 		if pod.DeletionTimestamp == nil {
 			names[pod.Name] = true
@@ -298,7 +344,7 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		obj = t.Obj
 	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	if !ok || !p.selector.Matches(labels.Set(pod.Labels)) {
 		return
 	}
 	p.mu.Lock()
@@ -306,15 +352,20 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		p.exp.observedGone(pod.Name)
 		delete(p.createdAt, pod.Name)
 		delete(p.unschedulable, pod.Name)
-		if p.inUse[pod.Name] {
+		if _, ok := p.inUse[pod.Name]; ok {
 			p.gone[pod.Name] = pod
+		} else {
+			delete(p.spent, pod.Name)
 		}
 	} else {
 		p.exp.observed(pod.Name)
 		if at, ok := p.createdAt[pod.Name]; ok && kube.IsReady(pod) {
 			delete(p.createdAt, pod.Name)
-			p.m.podStartup.Observe(time.Since(at).Seconds())
-			p.log.Debug("pod ready", "pod", pod.Name, "startup", time.Since(at))
+			took := time.Since(at)
+			p.m.podStartup.Observe(took.Seconds())
+			p.targeter.started(took)
+			p.m.startEstimate.Set(p.targeter.start)
+			p.log.Debug("pod ready", "pod", pod.Name, "startup", took)
 		}
 		if msg := kube.Unschedulable(pod); msg != "" && !p.unschedulable[pod.Name] {
 			p.unschedulable[pod.Name] = true
@@ -327,9 +378,9 @@ func (p *Pool) onPod(obj any, deleted bool) {
 	if empty := ready == 0; empty != p.empty {
 		p.empty = empty
 		if empty {
-			p.log.Info("warm pool empty: requests wait for a refill, up to the pool wait", "target", p.opts.Size)
+			p.log.Info("warm pool empty: requests wait for a refill, up to the pool wait", "target", p.targeter.target)
 		} else {
-			p.log.Info("warm pool has a ready pod again", "ready", ready, "target", p.opts.Size)
+			p.log.Info("warm pool has a ready pod again", "ready", ready, "target", p.targeter.target)
 		}
 	}
 	p.broadcastLocked()
@@ -356,15 +407,15 @@ func (p *Pool) availableLocked(pod *corev1.Pod, now time.Time) bool {
 	return p.liveLocked(pod) && kube.IsReady(pod) && !nearDeadline(pod, now)
 }
 
-// liveLocked reports whether pod is this pool's supply: not claimed, not
-// going away, not finished.
+// liveLocked reports whether pod is this pool's supply: never handed out,
+// not going away, not finished.
 func (p *Pool) liveLocked(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil && !kube.IsFinished(pod) &&
-		pod.Labels[kube.LabelClaimedBy] == "" && !p.inUse[pod.Name] && !p.exp.deleting(pod.Name)
+		pod.Labels[kube.LabelClaimedBy] == "" && !p.spent[pod.Name] && !p.exp.deleting(pod.Name)
 }
 
 func (p *Pool) readyCountLocked() int {
-	pods, _ := p.lister.List(labels.Everything())
+	pods, _ := p.lister.List(p.selector)
 	now := time.Now()
 	n := 0
 	for _, pod := range pods {
@@ -383,4 +434,12 @@ func nearDeadline(pod *corev1.Pod, now time.Time) bool {
 	}
 	end := pod.Status.StartTime.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
 	return now.After(end.Add(-recycleMargin))
+}
+
+// newIncarnation names one start of this process: ten hex digits, a valid
+// label value.
+func newIncarnation() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b) // never fails on Linux
+	return hex.EncodeToString(b)
 }

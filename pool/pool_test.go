@@ -16,8 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -55,7 +53,7 @@ func TestExecuteUsesWarmPodOnceAndRefills(t *testing.T) {
 		t.Errorf("creates = %d, want 4 (3 warm + 1 replacement)", got)
 	}
 	if got := e.patches.Load(); got != 1 {
-		t.Errorf("claim patches = %d, want exactly one write per claim", got)
+		t.Errorf("claim records = %d, want exactly one write per claim, after the job", got)
 	}
 
 	res2, err := e.execute("print(2)")
@@ -101,34 +99,6 @@ func TestNoOverCreateWhileStarting(t *testing.T) {
 	e.waitWarm(3)
 	if got := e.creates.Load(); got != 3 {
 		t.Fatalf("creates = %d, want 3", got)
-	}
-}
-
-func TestClaimConflictTriesNextPod(t *testing.T) {
-	e := newEnv(t, nil).start()
-	e.waitWarm(3)
-	var conflicted string
-	var once sync.Once
-	e.cs.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		name := a.(k8stesting.PatchAction).GetName()
-		hit := false
-		once.Do(func() { conflicted, hit = name, true })
-		if hit {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, name, errors.New("the object has been modified"))
-		}
-		return false, nil, nil
-	})
-	res, err := e.execute("x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.SandboxID == conflicted || conflicted == "" {
-		t.Fatalf("ran in %q; the conflicting pod was %q", res.SandboxID, conflicted)
-	}
-	// The conflicted pod is neither claimed nor deleted: it stays warm.
-	pod, err := e.cs.CoreV1().Pods(testNS).Get(context.Background(), conflicted, metav1.GetOptions{})
-	if err != nil || pod.Labels[kube.LabelClaimedBy] != "" {
-		t.Fatalf("conflicted pod: %v, labels %v", err, pod.GetLabels())
 	}
 }
 
@@ -356,11 +326,11 @@ func TestUnreachableRunnerMovesToNextPod(t *testing.T) {
 	if calls.Load() != 2 {
 		t.Fatalf("dials = %d, want 2 (one refused, one that worked)", calls.Load())
 	}
-	if got := e.patches.Load(); got != 2 {
-		t.Fatalf("claims = %d, want 2", got)
-	}
 	// Both claimed pods are deleted: the unreachable one and the used one.
-	e.eventually("both claimed pods deleted", func() bool { return len(e.claimedPods()) == 0 })
+	e.eventually("both claimed pods deleted", func() bool { return len(e.pods()) == 3 && len(e.labelledPods()) == 0 })
+	if got := e.patches.Load(); got != 1 {
+		t.Fatalf("claim records = %d, want 1: only the pod that got the job", got)
+	}
 	e.waitWarm(3)
 	if res.SandboxID == "" {
 		t.Fatal("no sandbox id")
@@ -402,8 +372,12 @@ func ownerPod(name, uid string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, UID: typesUID(uid)}}
 }
 
-func sandboxPod(name, owner, ownerUID string, claimed bool) *corev1.Pod {
-	p := kube.SnippetPod(kube.PodOptions{Namespace: testNS, Image: "sandbox:dev", Owner: kube.Owner{Name: owner, UID: typesUID(ownerUID)}}, name, kube.MinUID)
+// sandboxPod is a Ready snippet pod of owner (with an ownerReference when
+// ownerUID is set), made by the serve process incarnation.
+func sandboxPod(name, owner, ownerUID, incarnation string, claimed bool) *corev1.Pod {
+	p := kube.SnippetPod(kube.PodOptions{Namespace: testNS, Image: "sandbox:dev",
+		Owner: kube.Owner{Name: owner, UID: typesUID(ownerUID), Incarnation: incarnation}}, name, kube.MinUID)
+	p.CreationTimestamp = metav1.Now()
 	if claimed {
 		p.Labels[kube.LabelClaimedBy] = owner
 	}
@@ -411,23 +385,29 @@ func sandboxPod(name, owner, ownerUID string, claimed bool) *corev1.Pod {
 	return p
 }
 
+// TestJanitor: at start, the pool deletes every pod an earlier start of its
+// own container made (used or not: it cannot know), and the pods of owners
+// that are gone or replaced; it leaves alone the pods of live owners and
+// those it cannot judge.
 func TestJanitor(t *testing.T) {
 	objs := []runtime.Object{
 		ownerPod("serve-0", "serve-0-uid"),
 		ownerPod("serve-1", "serve-1-uid"),
 		ownerPod("serve-2", "serve-2-new-uid"),
-		sandboxPod("sandbox-own-claimed", "serve-0", "serve-0-uid", true), // stale claim of ours
-		sandboxPod("sandbox-own-warm", "serve-0", "serve-0-uid", false),   // still good: used
-		sandboxPod("sandbox-live-owner", "serve-1", "serve-1-uid", true),  // another replica's run
-		sandboxPod("sandbox-gone-owner", "serve-9", "serve-9-uid", false), // owner deleted
-		sandboxPod("sandbox-replaced", "serve-2", "serve-2-old-uid", false),
-		sandboxPod("sandbox-no-ref", "laptop", "", false), // cannot judge: left alone
+		sandboxPod("sandbox-earlier-claimed", "serve-0", "serve-0-uid", "before", true), // earlier start, used
+		sandboxPod("sandbox-earlier-warm", "serve-0", "serve-0-uid", "before", false),   // earlier start: maybe used
+		sandboxPod("sandbox-old-serve-0", "serve-0", "serve-0-old-uid", "x", false),     // a former pod named serve-0
+		sandboxPod("sandbox-live-owner", "serve-1", "serve-1-uid", "y", true),           // another replica's run
+		sandboxPod("sandbox-live-warm", "serve-1", "serve-1-uid", "y", false),           // another replica's pool
+		sandboxPod("sandbox-gone-owner", "serve-9", "serve-9-uid", "z", false),          // owner deleted
+		sandboxPod("sandbox-replaced", "serve-2", "serve-2-old-uid", "w", false),
+		sandboxPod("sandbox-no-ref", "laptop", "", "v", false), // cannot judge: left alone
 	}
 	e := newEnv(t, objs).start()
 	e.eventually("janitor and refill", func() bool {
 		own := 0
 		for _, p := range e.pods() {
-			if p.Labels[kube.LabelOwner] == "serve-0" && p.Labels[kube.LabelClaimedBy] == "" {
+			if p.Labels[kube.LabelOwner] == "serve-0" && p.DeletionTimestamp == nil {
 				own++
 			}
 		}
@@ -438,19 +418,20 @@ func TestJanitor(t *testing.T) {
 		left[p.Name] = true
 	}
 	for name, want := range map[string]bool{
-		"sandbox-own-claimed": false, "sandbox-own-warm": true, "sandbox-live-owner": true,
+		"sandbox-earlier-claimed": false, "sandbox-earlier-warm": false, "sandbox-old-serve-0": false,
+		"sandbox-live-owner": true, "sandbox-live-warm": true,
 		"sandbox-gone-owner": false, "sandbox-replaced": false, "sandbox-no-ref": true,
 	} {
 		if left[name] != want {
 			t.Errorf("%s: present = %v, want %v", name, left[name], want)
 		}
 	}
-	if got := testutil.ToFloat64(e.pool.m.orphans); got != 3 {
-		t.Errorf("orphans cleaned = %v, want 3", got)
+	if got := testutil.ToFloat64(e.pool.m.orphans); got != 5 {
+		t.Errorf("orphans cleaned = %v, want 5", got)
 	}
-	// The warm pod of this owner counts: only two new ones were needed.
-	if got := e.creates.Load(); got != 2 {
-		t.Errorf("creates = %d, want 2", got)
+	// Nothing of the earlier start counts: the pool made its own three.
+	if got := e.creates.Load(); got != 3 {
+		t.Errorf("creates = %d, want 3", got)
 	}
 }
 
@@ -532,7 +513,7 @@ func TestExecuteCanceledWhileWaiting(t *testing.T) {
 	}
 }
 
-// BenchmarkExecute measures the pool's own request path -- claim patch,
+// BenchmarkExecute measures the pool's own request path -- the claim in memory,
 // runner round trip on loopback, release -- against the fake clientset.
 func BenchmarkExecute(b *testing.B) {
 	e := newEnv(b, nil, func(o *Options) {

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sandboxd/sandbox/kube"
 )
@@ -22,16 +21,29 @@ const (
 )
 
 // reconcileLoop runs reconcile passes when poked, one at a time, until ctx
-// ends. A failed create schedules a retry with exponential backoff.
+// ends. A failed create schedules a retry with exponential backoff. Every
+// retargetInterval it re-evaluates the warm target, which moves without
+// any pod event when the claims stop.
 func (p *Pool) reconcileLoop(ctx context.Context) {
 	backoff := time.Duration(0)
 	var retry <-chan time.Time
+	tick := p.clock.NewTicker(retargetInterval)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.kick:
 		case <-retry:
+		case <-tick.C():
+			p.mu.Lock()
+			before := p.targeter.target
+			p.retargetLocked()
+			moved := p.targeter.target != before
+			p.mu.Unlock()
+			if !moved {
+				continue
+			}
 		}
 		if failed := p.reconcile(ctx); failed {
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
@@ -82,7 +94,9 @@ func (p *Pool) reconcile(ctx context.Context) (failed bool) {
 }
 
 // plan counts the supply -- live unclaimed pods, Ready or still starting,
-// plus creates the informer has not shown -- and decides what to do.
+// plus creates the informer has not shown -- and decides what to do: create
+// up to the warm target, remove dead and used pods, and, when the target
+// shrank, the surplus of idle ones.
 func (p *Pool) plan(now time.Time) plan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -90,22 +104,26 @@ func (p *Pool) plan(now time.Time) plan {
 	if p.closing {
 		return pl
 	}
-	pods, _ := p.lister.List(labels.Everything())
+	pods, _ := p.lister.List(p.selector)
 	seen := make(map[string]bool, len(pods))
 	supply := 0
+	var idle []*corev1.Pod
 	for _, pod := range pods {
 		seen[pod.Name] = true
-		if p.inUse[pod.Name] || p.exp.deleting(pod.Name) || pod.DeletionTimestamp != nil {
+		_, inUse := p.inUse[pod.Name]
+		if inUse || p.exp.deleting(pod.Name) || pod.DeletionTimestamp != nil {
 			continue
 		}
 		switch {
+		case p.spent[pod.Name]:
+			// Handed out here and released, but its delete failed: never
+			// hand it out again, try the delete again.
+			pl.remove[pod.Name] = "used"
 		case kube.IsFinished(pod):
-			// Died while warm (runner crash, deadline) or a leftover; the
-			// janitor handles claimed pods of earlier runs, this handles the rest.
+			// Died while warm (runner crash, deadline) or a leftover.
 			pl.remove[pod.Name] = "finished: " + string(pod.Status.Phase) + " " + pod.Status.Reason
 		case pod.Labels[kube.LabelClaimedBy] != "":
-			// Claimed by this owner but not in use here: a run of an earlier
-			// process of the same pod. Never reuse it.
+			// A claim this process does not know of. Never reuse it.
 			pl.remove[pod.Name] = "stale claim"
 		case !kube.IsReady(pod) && now.Sub(pod.CreationTimestamp.Time) > startupTimeout:
 			pl.remove[pod.Name] = "not ready after " + startupTimeout.String() + ": " + kube.WaitingReason(pod)
@@ -113,15 +131,33 @@ func (p *Pool) plan(now time.Time) plan {
 			pl.remove[pod.Name] = "near its active deadline"
 		default:
 			supply++
+			idle = append(idle, pod)
 		}
 	}
 	supply += p.exp.pendingCreates(now, seen)
+	target := p.targeter.target
+	// Surplus after the target shrank: the oldest pods go first, being the
+	// nearest their deadline. Creates not yet seen cannot be deleted; they
+	// count, and the next pass takes what is then over.
+	if surplus := supply - target; surplus > 0 {
+		sort.Slice(idle, func(i, j int) bool {
+			ti, tj := idle[i].CreationTimestamp, idle[j].CreationTimestamp
+			if !ti.Equal(&tj) {
+				return ti.Before(&tj)
+			}
+			return idle[i].Name < idle[j].Name
+		})
+		for _, pod := range idle[:min(surplus, len(idle))] {
+			pl.remove[pod.Name] = "surplus over the warm target"
+			supply--
+		}
+	}
 	for name := range pl.remove {
 		p.exp.expectDelete(name, now)
 	}
-	for i := supply; i < p.opts.Size; i++ {
+	for i := supply; i < target; i++ {
 		name := kube.PodName()
-		if seen[name] || p.inUse[name] {
+		if _, inUse := p.inUse[name]; seen[name] || inUse {
 			continue // vanishingly rare; the next pass makes up for it
 		}
 		p.exp.expectCreate(name, now)
@@ -170,18 +206,30 @@ func (p *Pool) deletePod(ctx context.Context, name, why string) error {
 }
 
 // release gives a used (or unusable) pod back to the API server: it stops
-// counting at once and is deleted off the request path.
+// counting at once and is deleted off the request path, after its claim's
+// record (if the job reached it) is written, so that whoever watches pods
+// sees every claim. It stays spent until the informer shows it gone.
 func (p *Pool) release(pod *corev1.Pod, why string) {
 	p.mu.Lock()
 	p.exp.expectDelete(pod.Name, time.Now())
 	delete(p.inUse, pod.Name)
+	if _, gone := p.gone[pod.Name]; gone {
+		delete(p.spent, pod.Name) // no delete event is still to come
+	}
 	delete(p.gone, pod.Name)
+	recorded := p.recording[pod.Name]
+	delete(p.recording, pod.Name)
 	p.bg.Add(1)
 	p.mu.Unlock()
 	go func() {
 		defer p.bg.Done()
+		if recorded != nil {
+			<-recorded
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
-		_ = p.deletePod(ctx, pod.Name, why) // logged; the reconcile retries stale claims
+		if p.deletePod(ctx, pod.Name, why) != nil {
+			p.poke() // logged; the reconcile pass deletes spent pods again
+		}
 	}()
 }

@@ -31,8 +31,13 @@ func (k Kubectl) Run(ctx context.Context, stdin []byte, args ...string) (string,
 // PodCPURequest is the CPU request of snippet pods on kind. The node has the
 // host's 2 CPUs and the control plane requests about 0.85 of them, so the
 // default 1-CPU request would let one warm pod schedule and leave the rest
-// Pending (and a rollout stuck between two serve pods' pools).
-const PodCPURequest = "100m"
+// Pending (and a rollout stuck between two serve pods' pools). Under a burst
+// each of the two replicas grows to --pool-max (12) unclaimed pods plus one
+// per run in flight: some 45 pods, which fit in the CPU left only at 10m
+// each (100m would hold about 9, and a burst would wait for scheduling
+// rather than for pods to start). Requests only schedule; the 1-CPU limit
+// is unchanged.
+const PodCPURequest = "10m"
 
 // Manifests renders `sandbox manifests --image image --pod-cpu-request
 // PodCPURequest` with the sandbox binary.

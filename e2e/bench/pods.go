@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandbox/kube"
+)
+
+// bareLabel marks the bench's bare pods.
+var bareLabel = map[string]string{"app.kubernetes.io/name": "sandbox-bench-bare"}
+
+// barePod is the least a pod can be with the sandbox image: python3
+// sleeping, no probe (Ready as soon as it runs), the sandbox pods' CPU
+// request so that it schedules the same way.
+func barePod(ns, name, image, cpu string) *corev1.Pod {
+	if cpu == "" {
+		cpu = kube.SnippetCPU
+	}
+	uid := int64(65532)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: bareLabel},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: &uid, RunAsGroup: &uid},
+			Containers: []corev1.Container{{
+				Name:            "bare",
+				Image:           image,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         []string{"python3", "-c", "import time; time.sleep(600)"},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("32Mi"),
+				}},
+			}},
+		},
+	}
+}
+
+// measureBarePods times bare pods from the create call to the watch showing
+// them Ready: BarePods one at a time (latency), then BareBatch at once (the
+// cluster's raw pod start rate: the batch over the time to its last Ready).
+// The pools are idle meanwhile, so nothing else starts pods.
+func (b *Bench) measureBarePods(ctx context.Context) error {
+	if err := b.waitIdle(ctx); err != nil {
+		return err
+	}
+	tr, err := newTracker(ctx, b.cs, b.ns, labels.SelectorFromSet(bareLabel))
+	if err != nil {
+		return err
+	}
+	defer tr.stop()
+	cpu := b.meta["pod cpu request"]
+
+	var one []float64
+	for i := range b.o.BarePods {
+		name := fmt.Sprintf("bench-bare-%d", i)
+		at := time.Now()
+		if _, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, barePod(b.ns, name, b.image, cpu), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create %s: %w", name, err)
+		}
+		if _, err := tr.waitUntil(ctx, 2*time.Minute, name+" Ready", func() bool {
+			s := tr.pods[name]
+			return s != nil && !s.ready.IsZero()
+		}); err != nil {
+			return err
+		}
+		s, _ := tr.get(name)
+		ms := float64(s.ready.Sub(at).Microseconds()) / 1000
+		one = append(one, ms)
+		b.samples = append(b.samples, Sample{Phase: "bare pod", MS: ms, ID: name, OK: true})
+		b.deletePod(ctx, name)
+	}
+
+	names := make([]string, b.o.BareBatch)
+	created := make([]time.Time, b.o.BareBatch)
+	errs := make([]error, b.o.BareBatch)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-batch-%d", i)
+		wg.Go(func() {
+			created[i] = time.Now()
+			_, errs[i] = b.cs.CoreV1().Pods(b.ns).Create(ctx, barePod(b.ns, names[i], b.image, cpu), metav1.CreateOptions{})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("create %s: %w", names[i], err)
+		}
+	}
+	if _, err := tr.waitUntil(ctx, 5*time.Minute, "the batch Ready", func() bool {
+		for _, n := range names {
+			if s := tr.pods[n]; s == nil || s.ready.IsZero() {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	var batch []float64
+	var last time.Time
+	for i, n := range names {
+		s, _ := tr.get(n)
+		ms := float64(s.ready.Sub(created[i]).Microseconds()) / 1000
+		batch = append(batch, ms)
+		b.samples = append(b.samples, Sample{Phase: "bare pod in a batch", MS: ms, ID: n, OK: true})
+		last = maxTime(last, s.ready)
+	}
+	rate := float64(len(names)) / last.Sub(start).Seconds()
+	b.meta["bare pods/s"] = fmt.Sprintf("%.2f", rate)
+	for _, n := range names {
+		b.deletePod(ctx, n)
+	}
+	// Gone before the next phase, which must not share the node's starts.
+	if _, err := tr.waitUntil(ctx, 2*time.Minute, "bare pods gone", func() bool {
+		for _, s := range tr.pods {
+			if !s.gone {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	b.rows = append(b.rows,
+		Row{What: "bare pod create to Ready, one at a time", MS: one, Note: "same image, CPU request " + cpu + ", no probe"},
+		Row{What: fmt.Sprintf("bare pods, %d created at once", len(names)), MS: batch,
+			Rate: fmt.Sprintf("%.2f pods/s", rate), Note: "the raw pod start rate: the batch over the time to its last Ready"})
+	return nil
+}
+
+func (b *Bench) deletePod(ctx context.Context, name string) {
+	if err := b.cs.CoreV1().Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		b.logf("delete %s: %v", name, err)
+	}
+}
+
+func maxTime(a, c time.Time) time.Time {
+	if c.After(a) {
+		return c
+	}
+	return a
+}
+
+// measureBurst sends Burst requests BurstConc at a time through the Service
+// to idle pools (each at its floor), as a burst of agents would, and
+// records the largest pool each replica grew to.
+func (b *Bench) measureBurst(ctx context.Context) error {
+	if err := b.waitIdle(ctx); err != nil {
+		return err
+	}
+	largest := map[string]int{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			b.sandbox.mu.Lock()
+			for _, o := range b.owners {
+				_, live := b.sandbox.counts(o)
+				largest[o] = max(largest[o], live)
+			}
+			ch := b.sandbox.changed
+			b.sandbox.mu.Unlock()
+			select {
+			case <-ch:
+			case <-done:
+				return
+			}
+		}
+	})
+	start := time.Now()
+	s, err := b.load(ctx, "burst", b.url, b.o.Burst, b.o.BurstConc)
+	wall := time.Since(start)
+	close(done)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	b.samples = append(b.samples, s...)
+	busy, ok := 0, 0
+	for _, x := range s {
+		if x.Status == 503 {
+			busy++
+		}
+		if x.OK {
+			ok++
+		}
+	}
+	b.rows = append(b.rows, Row{What: fmt.Sprintf("burst of %d at concurrency %d on idle pools", b.o.Burst, b.o.BurstConc),
+		MS: latencies(s, false), Rate: fmt.Sprintf("%.1f exec/s", float64(ok)/wall.Seconds()),
+		Note: fmt.Sprintf("503s: %d; %s in all (from the host); unclaimed pods at most %v", busy, wall.Round(100*time.Millisecond), largest) + failures(s)})
+	return nil
+}

@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestPercentile(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, c := range []struct{ p, want float64 }{{50, 5}, {90, 9}, {99, 10}, {100, 10}, {1, 1}} {
+		if got := Percentile(xs, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if !math.IsNaN(Percentile(nil, 50)) {
+		t.Error("percentile of nothing is not NaN")
+	}
+	if got := Percentile([]float64{7}, 99); got != 7 {
+		t.Errorf("p99 of one = %v", got)
+	}
+}
+
+func TestTable(t *testing.T) {
+	var b bytes.Buffer
+	err := Table(&b, []Row{
+		{What: "floor", MS: []float64{15.5, 15.9, 16.2}},
+		{What: "serve peak memory", Note: "48 MiB, 51 MiB"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"p50 ms", "15.9", "16.2", "48 MiB"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDrawLatencies draws a picture from a few samples of each phase: a PNG
+// comes out.
+func TestDrawLatencies(t *testing.T) {
+	var s []Sample
+	for i, phase := range plotted {
+		for j := range 20 {
+			s = append(s, Sample{Phase: phase, MS: float64(10*(i+1) + j), OK: true})
+		}
+	}
+	path := t.TempDir() + "/bench.png"
+	if err := drawLatencies(path, s, "a test"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("%s is not a PNG (%d bytes)", path, len(b))
+	}
+}

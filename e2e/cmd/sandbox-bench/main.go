@@ -1,0 +1,62 @@
+// Command sandbox-bench measures the sandbox service on the kind cluster
+// (`make bench-kind`, which brings the cluster up first) and prints one
+// table; the raw samples and a picture of the latency distributions go to
+// bin/.
+//
+//	cd e2e && go run ./cmd/sandbox-bench [-out DIR] [-keep]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandbox/e2e/bench"
+	"github.com/sandboxd/sandbox/e2e/kindenv"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root, err := kindenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("sandbox-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", filepath.Join(root, "bin"), "directory for bench-kind.json (raw samples) and bench-kind.png")
+	keep := fs.Bool("keep", false, "keep the bench's namespace (client pod, logs) afterwards")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+
+	env := kindenv.NewEnv(root, stderr)
+	// kubectl comes from the cached Kubernetes build that `make kind-up` made.
+	if env.Bins, err = (kindenv.Scripts{Root: root, Progress: stderr}).Binaries(ctx); err != nil {
+		return err
+	}
+	if err := env.Attach(); err != nil {
+		return fmt.Errorf("%w (make bench-kind brings it up; or run make kind-up)", err)
+	}
+	start := time.Now()
+	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep})
+	fmt.Fprintf(stderr, "=== bench took %s\n", time.Since(start).Round(time.Second))
+	return err
+}
