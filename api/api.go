@@ -74,21 +74,3 @@ var ErrNoCapacity = &Error{
 	Msg:        "no warm sandbox pod available, try again shortly",
 	RetryAfter: 5 * time.Second,
 }
-
-// NotSealed starts every message that says a sandbox pod could not prove
-// its egress cut: the runner's refusal of a job and readiness, and serve's
-// 503 when its pods stay unproven. The pool recognises a runner's refusal
-// by it.
-const NotSealed = "the network is not sealed"
-
-// NotSealedError is serve's answer when its sandbox pods cannot prove their
-// network sealed, with why: nothing runs on an open network. Like the empty
-// pool's 503 it may pass (a policy engine restarting), so it carries
-// Retry-After.
-func NotSealedError(why string) *Error {
-	return &Error{
-		Status:     http.StatusServiceUnavailable,
-		Msg:        NotSealed + ": " + why,
-		RetryAfter: 5 * time.Second,
-	}
-}

@@ -64,7 +64,12 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 		}
 		cands := p.candidatesLocked(time.Now())
 		changed := p.changed
+		unsealed := p.sealErrorLocked()
 		p.mu.Unlock()
+		if len(cands) == 0 && unsealed != nil {
+			// No pod will come: their runners see the network open.
+			return nil, unsealed
+		}
 
 		for _, pod := range cands {
 			got, err := p.tryClaim(wctx, pod)

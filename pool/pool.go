@@ -106,6 +106,9 @@ type Pool struct {
 	changed       chan struct{}          // closed and replaced on every pod event
 	closing       bool                   // shutdown began: no new claims
 	empty         bool                   // no warm pod at the last event: logged on each change
+	unsealed      *sealFault             // the pods' runners cannot prove their seal (see seal.go)
+	sealGrace     time.Duration          // sealGrace; tests shorten it
+	sealEvery     time.Duration          // sealCheckEvery; tests shorten it
 	inflight      sync.WaitGroup         // executions under way
 	bg            sync.WaitGroup         // deletes off the request path
 }
@@ -164,6 +167,8 @@ func New(o Options) (*Pool, error) {
 		unschedulable: map[string]bool{},
 		changed:       make(chan struct{}),
 		empty:         true, // nothing to report until the first pod is Ready
+		sealGrace:     sealGrace,
+		sealEvery:     sealCheckEvery,
 	}
 	if p.http == nil {
 		p.http = newPodClient(o.Dialer)
@@ -215,17 +220,15 @@ func (p *Pool) Run(ctx context.Context) error {
 	close(p.started)
 
 	loopCtx, stopLoop := context.WithCancel(context.Background())
-	loopDone := make(chan struct{})
-	go func() {
-		defer close(loopDone)
-		p.reconcileLoop(loopCtx)
-	}()
+	var loops sync.WaitGroup
+	loops.Go(func() { p.reconcileLoop(loopCtx) })
+	loops.Go(func() { p.sealLoop(loopCtx) })
 	p.poke()
 
 	<-ctx.Done()
 	p.beginShutdown()
 	stopLoop()
-	<-loopDone // no create can start after this
+	loops.Wait() // no create can start after this
 	p.shutdown()
 	return nil
 }
@@ -312,6 +315,7 @@ func (p *Pool) onPod(obj any, deleted bool) {
 	} else {
 		p.exp.observed(pod.Name)
 		if at, ok := p.createdAt[pod.Name]; ok && kube.IsReady(pod) {
+			p.clearSealFaultLocked() // a new pod proved its egress cut
 			delete(p.createdAt, pod.Name)
 			p.m.podStartup.Observe(time.Since(at).Seconds())
 			p.log.Debug("pod ready", "pod", pod.Name, "startup", time.Since(at))

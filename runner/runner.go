@@ -228,22 +228,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// SealState is the body of GET /seal: the latest proof, at once, for serve
-// to say why its pods are not Ready.
-type SealState struct {
-	Sealed    bool      `json:"sealed"`
-	Checked   bool      `json:"checked"`
-	CheckedAt time.Time `json:"checked_at,omitzero"`
-	Evidence  string    `json:"evidence"`
-}
-
 func (s *Server) sealState(w http.ResponseWriter, _ *http.Request) {
 	if s.guard == nil {
-		api.WriteJSON(w, http.StatusOK, SealState{Sealed: true, Checked: true, Evidence: "nothing to prove: no seal target"})
+		api.WriteJSON(w, http.StatusOK, api.SealState{Sealed: true, Checked: true, Evidence: "nothing to prove: no seal target"})
 		return
 	}
 	c, ok := s.guard.Last()
-	api.WriteJSON(w, http.StatusOK, SealState{Sealed: ok && s.guard.Sealed(time.Now()), Checked: ok, CheckedAt: c.At, Evidence: c.Evidence()})
+	api.WriteJSON(w, http.StatusOK, api.SealState{Sealed: ok && s.guard.Sealed(time.Now()), Checked: ok, CheckedAt: c.At, Evidence: c.Evidence()})
 }
 
 // unsealed answers a job that arrived without a current proof, and reports

@@ -54,7 +54,7 @@ func TestNotReadyOnAnOpenNetwork(t *testing.T) {
 	if code != 503 || !strings.Contains(body, api.NotSealed) {
 		t.Fatalf("job on an open network: %d %s, want 503 %q", code, body, api.NotSealed)
 	}
-	var st SealState
+	var st api.SealState
 	_, body = do(t, "GET", url+"/seal", "")
 	if err := json.Unmarshal([]byte(body), &st); err != nil || st.Sealed || !st.Checked || !strings.Contains(st.Evidence, "connected") {
 		t.Errorf("/seal = %s (%v)", body, err)
