@@ -40,6 +40,7 @@ func runVerify(ctx context.Context, t *testing.T, args ...string) *verify.Report
 	argv := append([]string{"verify", "--kubeconfig", s.Kubeconfig,
 		"--metadata-addr", s.Standins.Metadata.IP + ":80", "--internet-addr", s.Standins.Internet.IP + ":80",
 		"--standin-token", kindenv.CanaryToken, "--private-addr", strings.Join(kindenv.PrivateAddrs(), ","),
+		"--dns-canary-zone", kindenv.DNSCanaryZone, "--dns-canary-answer", kindenv.DNSCanaryIP,
 		"--output", "json"}, args...)
 	cmd := exec.CommandContext(ctx, s.SandboxBin, argv...)
 	var stdout, stderr bytes.Buffer

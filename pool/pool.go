@@ -320,6 +320,9 @@ func (p *Pool) onPod(obj any, deleted bool) {
 			p.m.podStartup.Observe(time.Since(at).Seconds())
 			p.log.Debug("pod ready", "pod", pod.Name, "startup", time.Since(at))
 		}
+		if !p.inUse[pod.Name] {
+			p.noteGaveUpLocked(pod)
+		}
 		if msg := kube.Unschedulable(pod); msg != "" && !p.unschedulable[pod.Name] {
 			p.unschedulable[pod.Name] = true
 			p.log.Warn("sandbox pod cannot be scheduled; the pool stays short until it can (on small nodes, lower --pod-cpu-request)",

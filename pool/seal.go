@@ -141,6 +141,11 @@ func unproven(pod *corev1.Pod, now time.Time, grace time.Duration) bool {
 // wakes the waiting requests, which answer it at once when no pod is left.
 func (p *Pool) setSealFault(f *sealFault) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setSealFaultLocked(f)
+}
+
+func (p *Pool) setSealFaultLocked(f *sealFault) {
 	old := p.unsealed
 	p.unsealed = f
 	if f == nil {
@@ -149,7 +154,6 @@ func (p *Pool) setSealFault(f *sealFault) {
 		p.m.unsealed.Set(float64(f.pods))
 	}
 	p.broadcastLocked()
-	p.mu.Unlock()
 	switch {
 	case f != nil && (old == nil || old.evidence != f.evidence):
 		p.log.Error(api.NotSealed+": no sandbox pod is used, and requests get 503, until one proves its egress cut; is NetworkPolicy enforced in this cluster, and its engine running?",
@@ -157,6 +161,22 @@ func (p *Pool) setSealFault(f *sealFault) {
 	case f == nil && old != nil:
 		p.log.Info("network sealed again: a sandbox pod proved its egress cut")
 	}
+}
+
+// noteGaveUpLocked reads a finished pod's termination message: a runner
+// that gave up unproven leaves its evidence there (see seal.GiveUp), which
+// serve can read even when it cannot reach the pod to ask.
+func (p *Pool) noteGaveUpLocked(pod *corev1.Pod) {
+	msg := kube.RunnerMessage(pod)
+	i := strings.LastIndex(msg, api.NotSealed) // its last words, not an earlier log line
+	if i < 0 || (p.unsealed != nil && p.unsealed.pod == pod.Name) {
+		return
+	}
+	ev := msg[i+len(api.NotSealed):]
+	if j := strings.IndexByte(ev, '\n'); j >= 0 {
+		ev = ev[:j]
+	}
+	p.setSealFaultLocked(&sealFault{pod: pod.Name, evidence: strings.TrimPrefix(strings.TrimSpace(ev), ": "), pods: 1})
 }
 
 // clearSealFaultLocked ends the fault when a pod proves its seal (it became

@@ -148,3 +148,30 @@ func TestRunnerRefusesUnsealed(t *testing.T) {
 		return true
 	})
 }
+
+// TestGaveUpPodTellsWhy: serve cannot reach its pods (a stopped policy
+// engine leaves serve's own egress rules behind, which do not know the new
+// pods), but a runner that gave up unproven leaves the evidence in its
+// termination message: the pool reads it there and answers the 503.
+func TestGaveUpPodTellsWhy(t *testing.T) {
+	e := newEnv(t, nil, func(o *Options) { o.Wait = 3 * time.Second })
+	e.autoReady.Store(false)
+	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the pool reached the runner (%s %s): this test's runners are out of reach", r.Method, r.URL.Path)
+	})
+	e.start()
+	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
+	msg := `{"time":"…","level":"WARN","msg":"the network is not sealed: not Ready, no job taken until it is"}
+sandbox: runner: gave up after 30s: ` + api.NotSealed + `: ` + openEvidence + ` (checked 12ms ago)
+`
+	e.updatePod(e.pods()[0].Name, func(p *corev1.Pod) {
+		setTerminated(p, "Error", 1)
+		p.Status.ContainerStatuses[0].State.Terminated.Message = msg
+	})
+	e.eventually("the fault recorded", func() bool { return testutil.ToFloat64(e.pool.m.unsealed) > 0 })
+	_, err := e.execute("print(1)")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Msg, openEvidence+" (checked") {
+		t.Fatalf("err = %v, want the 503 with the runner's last words", err)
+	}
+}

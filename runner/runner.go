@@ -56,6 +56,9 @@ type Options struct {
 	// (seal.ResolverAddr in a sealed pod): bound in New, before anything
 	// can run in the pod, and closed when Run returns.
 	Resolver string
+	// GiveUp is how long the runner waits unproven before it ends with the
+	// evidence; 0 means seal.GiveUp.
+	GiveUp time.Duration
 	// UnsafeUnprovenReady reports Ready and takes the job without the
 	// proof (weaken.UnprovenReady); never in a real deployment.
 	UnsafeUnprovenReady bool
@@ -71,6 +74,7 @@ type Server struct {
 	ln       net.Listener
 	guard    *seal.Guard    // nil: nothing to prove
 	resolver *seal.Resolver // nil: the pod's DNS is not ours
+	given    error          // set when the runner gave up unproven
 	srv      *http.Server
 	taken    atomic.Bool   // set when a job is accepted; never cleared after it ran
 	done     chan struct{} // closed after the job's answer is written
@@ -95,6 +99,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.GiveUp <= 0 {
+		opts.GiveUp = seal.GiveUp
 	}
 	pidsMax := exec.PidsLimit()
 	if p := opts.PodPidsLimit; p > 0 && (pidsMax == 0 || p < pidsMax) {
@@ -187,12 +194,23 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { served <- s.srv.Serve(s.ln) }() // owned: received below on every path
 
 	var cause error
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		cause = context.Cause(ctx)
-	case err := <-served:
-		return fmt.Errorf("runner: serve: %w", err)
+	giveUp := time.NewTicker(time.Second)
+	defer giveUp.Stop()
+wait:
+	for {
+		select {
+		case <-s.done:
+			break wait
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+			break wait
+		case err := <-served:
+			return fmt.Errorf("runner: serve: %w", err)
+		case <-giveUp.C:
+			if s.gaveUp() != nil {
+				break wait
+			}
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
@@ -201,6 +219,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.srv.Close()
 	}
 	<-served // http.ErrServerClosed
+	if s.given != nil {
+		return s.given
+	}
 	if cause != nil {
 		return fmt.Errorf("runner: stopped before a job was answered: %w", cause)
 	}
@@ -253,6 +274,22 @@ func notSealed(c seal.Check) string {
 		return api.NotSealed + ": not proven yet"
 	}
 	return fmt.Sprintf("%s: %s (checked %s ago)", api.NotSealed, c.Evidence(), time.Since(c.At).Round(time.Millisecond))
+}
+
+// gaveUp ends a runner that has gone unproven for seal.GiveUp without a
+// job: its error, the evidence, becomes the pod's termination message
+// (the pod's FallbackToLogsOnError), where serve reads why.
+func (s *Server) gaveUp() error {
+	if s.guard == nil || s.opts.UnsafeUnprovenReady || s.taken.Load() || s.guard.UnprovenFor(time.Now()) < s.opts.GiveUp {
+		return nil
+	}
+	// Refuse a job that would race the shutdown: one is never taken unsealed.
+	if !s.taken.CompareAndSwap(false, true) {
+		return nil
+	}
+	c, _ := s.guard.Last()
+	s.given = fmt.Errorf("runner: gave up after %s: %s", s.opts.GiveUp, notSealed(c))
+	return s.given
 }
 
 func (s *Server) closeResolver() {

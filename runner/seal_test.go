@@ -131,3 +131,27 @@ func closedAddr(t *testing.T) string {
 	ln.Close()
 	return a
 }
+
+// TestGivesUpUnproven: a runner that cannot prove its seal ends, after
+// GiveUp and without a job, with the evidence in its error: the pod's
+// termination message, where serve reads why.
+func TestGivesUpUnproven(t *testing.T) {
+	open, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	s, err := New(Options{Listen: "127.0.0.1:0", Exec: exec.Options{Dir: t.TempDir()},
+		SealTargets: []seal.Target{{Kind: seal.TCP, Addr: open.Addr().String()}}, GiveUp: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), api.NotSealed) || !strings.Contains(err.Error(), "connected") {
+		t.Fatalf("Run = %v, want the runner to give up naming the open path", err)
+	}
+	if took := time.Since(start); took < 1500*time.Millisecond || took > 5*time.Second {
+		t.Errorf("gave up after %s, want about 1.5 s", took)
+	}
+}

@@ -17,6 +17,7 @@ type Guard struct {
 	mu      sync.Mutex
 	last    Check
 	checked bool
+	since   time.Time     // the last proof, or the guard's start
 	changed chan struct{} // closed and replaced after every check
 }
 
@@ -24,7 +25,7 @@ type Guard struct {
 // whose verdict differs from the one before (the first one included), for a
 // log line.
 func NewGuard(p Prover, onCheck func(Check)) *Guard {
-	return &Guard{prover: p, onCheck: onCheck, changed: make(chan struct{})}
+	return &Guard{prover: p, onCheck: onCheck, changed: make(chan struct{}), since: time.Now()}
 }
 
 // Run proves until ctx ends.
@@ -37,6 +38,9 @@ func (g *Guard) Run(ctx context.Context) {
 		g.mu.Lock()
 		flipped := !g.checked || g.last.Sealed != c.Sealed
 		g.last, g.checked = c, true
+		if c.Sealed {
+			g.since = c.At
+		}
 		close(g.changed)
 		g.changed = make(chan struct{})
 		g.mu.Unlock()
@@ -62,6 +66,18 @@ func (g *Guard) Last() (c Check, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.last, g.checked
+}
+
+// UnprovenFor is how long the seal has gone unproven at now: 0 while the
+// latest check proved it, else the time since the last proof (or since the
+// guard was made).
+func (g *Guard) UnprovenFor(now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.checked && g.last.Sealed {
+		return 0
+	}
+	return now.Sub(g.since)
 }
 
 // Sealed reports whether the latest check proved the seal and is younger

@@ -40,6 +40,13 @@ const (
 	ReadyWait = 800 * time.Millisecond
 	// ProbeTimeoutSeconds is the readiness probe's timeout in the pod spec.
 	ProbeTimeoutSeconds = 1
+	// GiveUp is how long a runner waits, unproven, before it ends with the
+	// evidence as its last words: a NetworkPolicy engine programs a new pod
+	// within seconds, and one that has not in this long is not enforcing.
+	// The pod's status then tells serve why even where serve cannot reach
+	// the pod (an engine that stopped leaves serve's own rules behind, which
+	// do not know the new pod).
+	GiveUp = 30 * time.Second
 )
 
 // ProbeName is the name a DNS target is asked when none is given: one a

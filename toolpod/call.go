@@ -157,6 +157,11 @@ func judgeStart(p *corev1.Pod) (bool, *corev1.Pod, error) {
 	switch {
 	case kube.IsReady(p):
 		return true, p, nil
+	case kube.IsFinished(p) && strings.Contains(kube.RunnerMessage(p), api.NotSealed):
+		// The runner gave up unproven (see seal.GiveUp): its last words say why.
+		msg := kube.RunnerMessage(p)
+		msg = strings.TrimSpace(msg[strings.LastIndex(msg, api.NotSealed)+len(api.NotSealed):])
+		return true, nil, api.NotSealedError(fmt.Sprintf("tool pod %s could not prove its egress cut, so the call did not run (is NetworkPolicy enforced in this cluster?)%s", p.Name, msg))
 	case kube.IsFinished(p) || p.DeletionTimestamp != nil:
 		return true, nil, &api.Error{Status: http.StatusBadGateway,
 			Msg: fmt.Sprintf("tool pod %s failed before it was Ready: %s", p.Name, kube.ToolWaiting(p))}

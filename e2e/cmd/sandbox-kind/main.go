@@ -56,6 +56,7 @@ func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 		env.AgentImageUp,
 		env.StandinsUp,
 		env.PrivateStandinsUp,
+		env.DNSCanaryUp,
 	} {
 		if err := phase(ctx); err != nil {
 			return err
