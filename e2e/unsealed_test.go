@@ -23,11 +23,12 @@ import (
 	"github.com/sandboxd/sandbox/kube"
 )
 
-// Deadlines of the fail-closed tests. serve asks a pod why only after it
-// ran unproven for 10 s, every 3 s.
+// Deadlines of the fail-closed tests. serve asks a pod why after it ran
+// unproven for 10 s (every 3 s); a pod serve cannot reach tells it by ending
+// after 30 s unproven.
 const (
 	// unsealedNoticeDeadline: serve answers the 503 within this of the cut.
-	unsealedNoticeDeadline = 60 * time.Second
+	unsealedNoticeDeadline = 90 * time.Second
 	// neverReadyWindow: no snippet pod made after the cut may be Ready
 	// during this long (several times what a proof takes).
 	neverReadyWindow = 30 * time.Second
