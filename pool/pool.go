@@ -107,6 +107,7 @@ type Pool struct {
 	closing       bool                   // shutdown began: no new claims
 	empty         bool                   // no warm pod at the last event: logged on each change
 	unsealed      *sealFault             // the pods' runners cannot prove their seal (see seal.go)
+	lastProof     time.Time              // when a new pod last became Ready: proved its seal
 	sealGrace     time.Duration          // sealGrace; tests shorten it
 	sealEvery     time.Duration          // sealCheckEvery; tests shorten it
 	inflight      sync.WaitGroup         // executions under way
@@ -316,6 +317,7 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		p.exp.observed(pod.Name)
 		if at, ok := p.createdAt[pod.Name]; ok && kube.IsReady(pod) {
 			p.clearSealFaultLocked() // a new pod proved its egress cut
+			p.lastProof = time.Now()
 			delete(p.createdAt, pod.Name)
 			p.m.podStartup.Observe(time.Since(at).Seconds())
 			p.log.Debug("pod ready", "pod", pod.Name, "startup", time.Since(at))

@@ -88,11 +88,17 @@ func (p *Pool) checkSeal(ctx context.Context) {
 		}
 	}
 	anyReady := p.readyCountLocked() > 0
+	healthy := p.provingLocked(now)
 	p.mu.Unlock()
 	if len(stuck) == 0 {
 		if anyReady {
 			p.setSealFault(nil) // every pod proved its seal (again)
 		}
+		return
+	}
+	if healthy {
+		// Pods do prove their seal, some slowly (a policy engine behind
+		// under churn): the network is not open, the stuck pods are late.
 		return
 	}
 	sort.Slice(stuck, func(i, j int) bool { return stuck[i].Name < stuck[j].Name })
@@ -121,6 +127,14 @@ func (p *Pool) checkSeal(ctx context.Context) {
 	case sealed > 0:
 		p.setSealFault(nil)
 	}
+}
+
+// provingLocked reports whether the pool's pods show the network sealed:
+// one is Ready now, or one proved its seal within the grace period. Only
+// when none does is a stuck pod's report a fault of the network rather than
+// a late pod.
+func (p *Pool) provingLocked(now time.Time) bool {
+	return p.readyCountLocked() > 0 || now.Sub(p.lastProof) < p.sealGrace
 }
 
 // unproven reports a pod whose runner has been running, not Ready, for
@@ -169,7 +183,7 @@ func (p *Pool) setSealFaultLocked(f *sealFault) {
 func (p *Pool) noteGaveUpLocked(pod *corev1.Pod) {
 	msg := kube.RunnerMessage(pod)
 	i := strings.LastIndex(msg, api.NotSealed) // its last words, not an earlier log line
-	if i < 0 || (p.unsealed != nil && p.unsealed.pod == pod.Name) {
+	if i < 0 || (p.unsealed != nil && p.unsealed.pod == pod.Name) || p.provingLocked(time.Now()) {
 		return
 	}
 	ev := msg[i+len(api.NotSealed):]
@@ -208,6 +222,10 @@ func (p *Pool) noteUnsealedRunner(err error) bool {
 	if !errors.As(err, &ur) {
 		return false
 	}
-	p.setSealFault(&sealFault{pod: ur.pod, evidence: strings.TrimPrefix(strings.TrimPrefix(ur.msg, api.NotSealed), ": "), pods: 1})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.provingLocked(time.Now()) {
+		p.setSealFaultLocked(&sealFault{pod: ur.pod, evidence: strings.TrimPrefix(strings.TrimPrefix(ur.msg, api.NotSealed), ": "), pods: 1})
+	}
 	return true
 }

@@ -126,6 +126,7 @@ func TestRunnerRefusesUnsealed(t *testing.T) {
 		}
 		okRunner(w, r)
 	})
+	e.pool.sealGrace = 0 // the warm pod's own proof is no longer recent
 	e.start().waitWarm(1)
 	e.autoReady.Store(false) // replacements stay unproven
 	_, err := e.execute("print(1)")
@@ -173,5 +174,25 @@ sandbox: runner: gave up after 30s: ` + api.NotSealed + `: ` + openEvidence + ` 
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Msg, openEvidence+" (checked") {
 		t.Fatalf("err = %v, want the 503 with the runner's last words", err)
+	}
+}
+
+// TestSlowProofIsNoFault: while pods do become Ready (prove their seal),
+// one stuck pod that reports the network open is a late pod, not an open
+// network: no fault, and requests keep waiting for a pod rather than get
+// the 503 that blames the network.
+func TestSlowProofIsNoFault(t *testing.T) {
+	var asked atomic.Int32
+	e := newEnv(t, nil, func(o *Options) { o.Size = 2 })
+	e.setRunner(sealRunner(false, openEvidence, &asked))
+	e.pool.sealEvery = 50 * time.Millisecond
+	e.start().waitWarm(2)
+	e.updatePod(e.pods()[0].Name, setUnproven) // one pod late; the other Ready
+	time.Sleep(300 * time.Millisecond) // several of the pool's passes
+	if v := testutil.ToFloat64(e.pool.m.unsealed); v != 0 {
+		t.Errorf("unsealed gauge %v while another pod is Ready", v)
+	}
+	if res, err := e.execute("print(1)"); err != nil || res.Stdout != "ran: print(1)" {
+		t.Errorf("execute: %+v, %v", res, err)
 	}
 }
