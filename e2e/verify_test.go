@@ -106,7 +106,7 @@ func TestVerify(t *testing.T) {
 				}
 			}
 			expect(t, rep, verify.Pass, toolCallChecks...)
-			expect(t, rep, verify.Pass, "network/serve-pod", "network/node-ports", "network/dns-exfiltration")
+			expect(t, rep, verify.Pass, "network/serve-pod", "network/node-ports", "network/dns-exfiltration", "network/ready-on-proof")
 			// The kind cluster is IPv4 only: not applicable, said so.
 			expect(t, rep, verify.Skip, "network/ipv6")
 			if len(rep.Checks) < 30 {
@@ -373,4 +373,14 @@ func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
 	knobs := []knob{{"serve", flag}, {"run", flag}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
 		"runner,toolcalls", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered", "toolcalls/timeout-kills-tree"}))
+}
+
+// TestVerifyUnprovenReady: runners that report Ready without proving their
+// egress cut (policies intact): verify's copy of a live pod, where no policy
+// applies, becomes Ready, and network/ready-on-proof must FAIL.
+func TestVerifyUnprovenReady(t *testing.T) {
+	const flag = "--unsafe=unproven-ready"
+	knobs := []knob{{"serve", flag}, {"run", flag}}
+	testenv.Test(t, weakenedFeature("sandbox verify fails on runners Ready without proof", knobs, []string{flag}, "",
+		"network", []string{"network/ready-on-proof"}))
 }

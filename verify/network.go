@@ -63,6 +63,9 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	if err != nil {
 		return []Result{result("network/fixtures", "12", Inconclusive, "canary and control pods not ready, no network verdict possible: %v", err)}
 	}
+	// 28: a copy of a live pod where no policy applies, watched while the
+	// rest of the step runs.
+	sc := e.startSealCopy(ctx, fx.Namespace)
 	mode := e.snippetDNS(ctx)
 	targets, missing := e.networkTargets(ctx, fx, mode)
 	var extra []Result
@@ -152,6 +155,7 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	out := judgeNetwork(run)
 	out = append(out, judgeExfil(run, mode, run.exfil, run.withZone))
 	out = append(out, extra...)
+	out = append(out, e.judgeSealCopy(ctx, fx, sc))
 	// A target that could not be found is reported, never left out.
 	for _, m := range missing {
 		out = append(out, result(m.check, "13", Inconclusive, "not probed: %s", m.why))
