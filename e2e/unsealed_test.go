@@ -24,7 +24,7 @@ import (
 )
 
 // Deadlines of the fail-closed tests. serve asks a pod why after it ran
-// unproven for 10 s (every 3 s); a pod serve cannot reach tells it by ending
+// unproven for 20 s (every 3 s); a pod serve cannot reach tells it by ending
 // after 30 s unproven.
 const (
 	// unsealedNoticeDeadline: serve answers the 503 within this of the cut.

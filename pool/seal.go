@@ -27,8 +27,8 @@ import (
 const (
 	// sealGrace is how long a runner may run unproven before the pool asks
 	// it why: a NetworkPolicy engine programs a new pod within a second or
-	// two, even on a loaded node.
-	sealGrace = 10 * time.Second
+	// two, and within several under heavy pod churn on a small node.
+	sealGrace = 20 * time.Second
 	// sealCheckEvery spaces the pool's passes over its unproven pods.
 	sealCheckEvery = 3 * time.Second
 	// sealAskTimeout bounds one question to a runner.

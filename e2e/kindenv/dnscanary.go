@@ -2,6 +2,7 @@ package kindenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -119,8 +120,11 @@ func (e *Env) DNSCanaryUp(ctx context.Context) error {
 		if strings.Contains(cf, DNSCanaryZone+":53") {
 			return nil
 		}
-		patch := fmt.Sprintf(`{"data":{"Corefile":%q}}`, strings.TrimRight(cf, "\n")+"\n"+corefileBlock())
-		if _, err := e.Kubectl.Run(ctx, nil, "-n", "kube-system", "patch", "configmap", "coredns", "--type", "merge", "-p", patch); err != nil {
+		patch, err := json.Marshal(map[string]any{"data": map[string]string{"Corefile": strings.TrimRight(cf, "\n") + "\n" + corefileBlock()}})
+		if err != nil {
+			return err
+		}
+		if _, err := e.Kubectl.Run(ctx, nil, "-n", "kube-system", "patch", "configmap", "coredns", "--type", "merge", "-p", string(patch)); err != nil {
 			return fmt.Errorf("add the canary zone to CoreDNS: %w", err)
 		}
 		if _, err := e.Kubectl.Run(ctx, nil, "-n", "kube-system", "rollout", "restart", "deployment/coredns"); err != nil {
