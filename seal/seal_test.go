@@ -2,8 +2,10 @@ package seal
 
 import (
 	"context"
+	"io"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,17 +106,61 @@ func TestResolverRefusesOtherOpcodes(t *testing.T) {
 	}
 }
 
+// reuseListen binds addr with SO_REUSEADDR and SO_REUSEPORT set, as a
+// snippet trying to share a port would.
+func reuseListen(network, addr string) (io.Closer, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+			if serr == nil {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, soReusePort, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	if network == "udp" {
+		return lc.ListenPacket(context.Background(), network, addr)
+	}
+	return lc.Listen(context.Background(), network, addr)
+}
+
+// soReusePort is SO_REUSEPORT on Linux; the syscall package of amd64 lacks
+// the name.
+const soReusePort = 0xf
+
 // TestResolverHoldsItsPort: with the resolver bound, nothing else can bind
-// its address, over UDP or TCP.
+// its address, over UDP or TCP, not even with SO_REUSEADDR and
+// SO_REUSEPORT (a snippet's way to share a port). The control: two sockets
+// that both set them do share one, so the refusal is the resolver's doing.
 func TestResolverHoldsItsPort(t *testing.T) {
 	addr := startResolver(t)
-	if pc, err := net.ListenPacket("udp", addr); err == nil {
-		pc.Close()
-		t.Error("a second UDP socket bound the resolver's address")
-	}
-	if ln, err := net.Listen("tcp", addr); err == nil {
-		ln.Close()
-		t.Error("a second TCP socket bound the resolver's address")
+	for _, network := range []string{"udp", "tcp"} {
+		if c, err := reuseListen(network, addr); err == nil {
+			c.Close()
+			t.Errorf("a %s socket with SO_REUSEADDR and SO_REUSEPORT bound the resolver's address", network)
+		}
+		first, err := reuseListen(network, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shared string
+		switch f := first.(type) {
+		case net.PacketConn:
+			shared = f.LocalAddr().String()
+		case net.Listener:
+			shared = f.Addr().String()
+		}
+		second, err := reuseListen(network, shared)
+		if err != nil {
+			t.Errorf("control: two %s sockets that both set SO_REUSEPORT could not share %s: %v", network, shared, err)
+		} else {
+			second.Close()
+		}
+		first.Close()
 	}
 }
 
