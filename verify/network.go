@@ -155,7 +155,8 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	out := judgeNetwork(run)
 	out = append(out, judgeExfil(run, mode, run.exfil, run.withZone))
 	out = append(out, extra...)
-	out = append(out, e.judgeSealCopy(ctx, fx, sc))
+	apiCtl := run.control["network/apiserver-service"]
+	out = append(out, e.judgeSealCopy(ctx, fx, sc, apiCtl != nil && apiCtl.Reached, apiCtl.Describe()))
 	// A target that could not be found is reported, never left out.
 	for _, m := range missing {
 		out = append(out, result(m.check, "13", Inconclusive, "not probed: %s", m.why))

@@ -21,8 +21,8 @@ import (
 const (
 	checkReadyOnProof = "network/ready-on-proof"
 	probeReadyOnProof = "28"
-	sealCopyName = "seal-copy"
-	roleSealCopy = "seal-copy"
+	sealCopyName      = "seal-copy"
+	roleSealCopy      = "seal-copy"
 )
 
 // sealCopyWindow is how long the copy is watched: a live pod proves its
@@ -60,10 +60,16 @@ func (e *env) startSealCopy(ctx context.Context, ns string) *sealCopy {
 
 // judgeSealCopy watches the copy until sealCopyWindow after its creation:
 // Ready at any point is a FAIL; never Ready, with its runner saying the
-// network is not sealed, a PASS.
-func (e *env) judgeSealCopy(ctx context.Context, fx *fixtures, sc *sealCopy) Result {
+// network is not sealed, a PASS. open says whether the control, in the same
+// namespace, reached the API server (what the copy's runner tries): if it
+// did not, that namespace is not open either, and the copy proves nothing.
+func (e *env) judgeSealCopy(ctx context.Context, fx *fixtures, sc *sealCopy, open bool, openWhat string) Result {
 	if sc.err != nil {
 		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive, "%v", sc.err)
+	}
+	if !open {
+		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive,
+			"the control did not reach the API server from namespace %s (%s), so the copy of %s was not on an open network", fx.Namespace, openWhat, sc.from)
 	}
 	var last *corev1.Pod
 	running := false
@@ -87,8 +93,8 @@ func (e *env) judgeSealCopy(ctx context.Context, fx *fixtures, sc *sealCopy) Res
 		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive, "the copy of %s never ran within %s: %s", sc.from, sealCopyWindow, podState(last))
 	}
 	why := e.askSeal(ctx, fx, last)
-	ev := fmt.Sprintf("a copy of live pod %s (Ready in namespace %s, the control) ran %s in namespace %s, where no NetworkPolicy applies, and was never Ready; its runner: %s",
-		sc.from, e.opts.Namespace, sealCopyWindow, fx.Namespace, why)
+	ev := fmt.Sprintf("a copy of live pod %s (Ready in namespace %s) ran %s in namespace %s, where the control reached the API server (%s), and was never Ready; its runner: %s",
+		sc.from, e.opts.Namespace, sealCopyWindow, fx.Namespace, openWhat, why)
 	if !strings.Contains(why, `"sealed":false`) {
 		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive, "not Ready, but its runner did not say the network is open: %s", ev)
 	}

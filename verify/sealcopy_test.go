@@ -42,17 +42,22 @@ func TestSealCopy(t *testing.T) {
 		len(cp.Spec.Containers[0].Args) != 5 || cp.Spec.Containers[0].Args[4] != "unproven-ready" {
 		t.Errorf("copy %+v", cp)
 	}
-	if r := e.judgeSealCopy(ctx, fx, sc); r.Status != Inconclusive {
+	if r := e.judgeSealCopy(ctx, fx, sc, true, "reached"); r.Status != Inconclusive {
 		t.Errorf("a copy that never ran: %s %s", r.Status, r.Evidence)
 	}
 	cp.Status = live.Status
 	if _, err := cs.CoreV1().Pods(fx.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.judgeSealCopy(ctx, fx, sc); r.Status != Fail {
+	if r := e.judgeSealCopy(ctx, fx, sc, true, "reached"); r.Status != Fail {
 		t.Errorf("a copy Ready where no policy applies: %s %s", r.Status, r.Evidence)
 	}
-	if r := e.judgeSealCopy(ctx, fx, &sealCopy{err: context.DeadlineExceeded}); r.Status != Inconclusive {
+	// Without the control's reach the namespace may be sealed too: the
+	// copy's readiness proves nothing either way.
+	if r := e.judgeSealCopy(ctx, fx, sc, false, "not reached"); r.Status != Inconclusive {
+		t.Errorf("control missed the API server: %s %s", r.Status, r.Evidence)
+	}
+	if r := e.judgeSealCopy(ctx, fx, &sealCopy{err: context.DeadlineExceeded}, true, ""); r.Status != Inconclusive {
 		t.Errorf("no copy: %s", r.Status)
 	}
 }
