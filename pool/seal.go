@@ -121,11 +121,15 @@ func (p *Pool) checkSeal(ctx context.Context) {
 			fault.pods++
 		}
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch {
-	case fault != nil:
-		p.setSealFault(fault)
-	case sealed > 0:
-		p.setSealFault(nil)
+	case fault != nil && !p.provingLocked(time.Now()):
+		// Checked again under the lock: a pod may have proven its seal
+		// while the runners were being asked.
+		p.setSealFaultLocked(fault)
+	case fault == nil && sealed > 0:
+		p.setSealFaultLocked(nil)
 	}
 }
 
