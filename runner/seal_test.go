@@ -107,6 +107,16 @@ func TestRunnerResolver(t *testing.T) {
 	if r, err := dns.Exchange(q, addr); err != nil || r.Rcode != dns.RcodeNameError {
 		t.Fatalf("query before the job: %v %v", r, err)
 	}
+	// As the pool does: the job only once the runner is Ready.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if code, _ := do(t, "GET", url+"/readyz", ""); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not Ready within 5 s with its target cut")
+		}
+	}
 	code, body := do(t, "POST", url+"/v1/execute", `{"code": "print(1)"}`)
 	if code != 200 {
 		t.Fatalf("job: %d %s", code, body)
