@@ -3,6 +3,7 @@ module github.com/sandboxd/sandbox
 go 1.26.0
 
 require (
+	github.com/miekg/dns v1.1.73
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

@@ -105,6 +105,9 @@ func TestMain(m *testing.M) {
 			if err := suite.PrivateStandinsUp(ctx); err != nil {
 				return ctx, err
 			}
+			if err := suite.DNSCanaryUp(ctx); err != nil {
+				return ctx, err
+			}
 			// Also as environment, for tests and tools that read it there.
 			for k, v := range suite.Vars() {
 				os.Setenv(k, v)

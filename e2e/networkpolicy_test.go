@@ -132,8 +132,8 @@ func hasEgress(p networkingv1.NetworkPolicy) bool {
 	return len(p.Spec.Egress) > 0
 }
 
-// dnsOnlyPolicy is what the manifests' snippet policy amounts to: egress to
-// port 53 only.
+// dnsOnlyPolicy is what the manifests' policies amount to for snippet pods
+// in DNS cluster mode, the more open one: egress to port 53 only.
 func dnsOnlyPolicy() *networkingv1.NetworkPolicy {
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
 	dns := intstrPort(53)

@@ -13,7 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -40,6 +39,7 @@ func runVerify(ctx context.Context, t *testing.T, args ...string) *verify.Report
 	argv := append([]string{"verify", "--kubeconfig", s.Kubeconfig,
 		"--metadata-addr", s.Standins.Metadata.IP + ":80", "--internet-addr", s.Standins.Internet.IP + ":80",
 		"--standin-token", kindenv.CanaryToken, "--private-addr", strings.Join(kindenv.PrivateAddrs(), ","),
+		"--dns-canary-zone", kindenv.DNSCanaryZone, "--dns-canary-answer", kindenv.DNSCanaryIP,
 		"--output", "json"}, args...)
 	cmd := exec.CommandContext(ctx, s.SandboxBin, argv...)
 	var stdout, stderr bytes.Buffer
@@ -101,11 +101,14 @@ func TestVerify(t *testing.T) {
 			}
 			rep := runVerify(ctx, t)
 			for _, c := range rep.Checks {
-				if c.Status != verify.Pass {
+				if c.Status != verify.Pass && (c.Name != "network/ipv6" || c.Status != verify.Skip) {
 					t.Errorf("%s: %s: %s", c.Name, c.Status, c.Evidence)
 				}
 			}
 			expect(t, rep, verify.Pass, toolCallChecks...)
+			expect(t, rep, verify.Pass, "network/serve-pod", "network/node-ports", "network/dns-exfiltration", "network/ready-on-proof")
+			// The kind cluster is IPv4 only: not applicable, said so.
+			expect(t, rep, verify.Skip, "network/ipv6")
 			if len(rep.Checks) < 30 {
 				t.Errorf("only %d checks ran", len(rep.Checks))
 			}
@@ -125,58 +128,53 @@ var networkBlockChecks = []string{
 	"network/kubelet", "network/other-sandbox-runner", "network/internet-standin", "network/metadata-standin",
 	"network/dns-other-resolver-pod-udp", "network/dns-other-resolver-pod-tcp",
 	"network/dns-other-resolver-service-udp", "network/dns-other-resolver-service-tcp",
+	"network/serve-pod", "network/node-ports",
+	// Sealed DNS: the sandbox reaches the cluster DNS, which forwards names out.
+	"network/dns-cluster-udp", "network/dns-cluster-tcp", "network/dns-exfiltration",
 }
 
 type policiesKey struct{}
 
-// TestVerifyWithoutNetworkPolicy deletes the namespace's NetworkPolicies and
-// asserts that every network block check FAILs (and DNS still PASSes), then
-// puts the very same policies back.
+// TestVerifyWithoutNetworkPolicy deletes the namespace's NetworkPolicies
+// from a deployment whose runners report Ready without proving their
+// egress cut (serve's --unsafe=unproven-ready: without it no pod would be
+// Ready on the open network, TestUnsealedNetworkNeverReady), and asserts
+// that every network block check FAILs; then it puts the very same
+// policies back and serve as it was.
 func TestVerifyWithoutNetworkPolicy(t *testing.T) {
+	const flag = "--unsafe=unproven-ready"
 	f := features.New("sandbox verify fails without NetworkPolicies").
 		WithLabel("needs", "service").
 		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if err := ServiceErr(ctx); err != nil {
 				t.Fatal(err)
 			}
-			cs := clientset(ctx, t)
-			l, err := cs.NetworkingV1().NetworkPolicies(kindenv.Namespace).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(l.Items) == 0 {
-				t.Fatal("the deployment has no NetworkPolicies to remove")
-			}
-			saved := l.Items
-			ctx = context.WithValue(ctx, policiesKey{}, saved)
-			for _, p := range saved {
-				if err := cs.NetworkingV1().NetworkPolicies(kindenv.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
-					t.Fatalf("delete policy %s: %v", p.Name, err)
+			for _, k := range []knob{{"serve", flag}, {"run", flag}} {
+				if !binaryAccepts(ctx, k.mode, k.flag) {
+					t.Fatalf("sandbox %s does not accept %s", k.mode, k.flag)
 				}
 			}
-			t.Logf("deleted %d NetworkPolicies", len(saved))
+			ctx = context.WithValue(ctx, restoreKey{}, weaken(ctx, t, serveChange{args: []string{flag}}))
+			ctx = context.WithValue(ctx, policiesKey{}, removePolicies(ctx, t))
 			time.Sleep(3 * time.Second) // the engine removes its rules within about a second
 			return ctx
 		}).
 		Assess("the network block checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			rep := runVerify(ctx, t, "--only", "network")
 			expect(t, rep, verify.Fail, networkBlockChecks...)
-			expect(t, rep, verify.Pass, "network/dns-cluster-udp", "network/dns-cluster-tcp")
 			if rep.Summary.OK {
 				t.Error("verify said OK without NetworkPolicies")
 			}
 			return ctx
 		}).
 		Teardown(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			saved, _ := ctx.Value(policiesKey{}).([]networkingv1.NetworkPolicy)
-			cs := clientset(ctx, t)
-			for _, p := range saved {
-				p.ResourceVersion, p.UID, p.CreationTimestamp, p.ManagedFields = "", "", metav1.Time{}, nil
-				if _, err := cs.NetworkingV1().NetworkPolicies(kindenv.Namespace).Create(ctx, &p, metav1.CreateOptions{}); err != nil {
-					t.Errorf("restore policy %s: %v", p.Name, err)
-				}
+			if restore, ok := ctx.Value(policiesKey{}).(func()); ok {
+				restore()
 			}
 			time.Sleep(3 * time.Second)
+			if restore, ok := ctx.Value(restoreKey{}).(func()); ok {
+				restore()
+			}
 			return ctx
 		}).
 		Feature()
@@ -375,4 +373,14 @@ func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
 	knobs := []knob{{"serve", flag}, {"run", flag}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
 		"runner,toolcalls", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered", "toolcalls/timeout-kills-tree"}))
+}
+
+// TestVerifyUnprovenReady: runners that report Ready without proving their
+// egress cut (policies intact): verify's copy of a live pod, where no policy
+// applies, becomes Ready, and network/ready-on-proof must FAIL.
+func TestVerifyUnprovenReady(t *testing.T) {
+	const flag = "--unsafe=unproven-ready"
+	knobs := []knob{{"serve", flag}, {"run", flag}}
+	testenv.Test(t, weakenedFeature("sandbox verify fails on runners Ready without proof", knobs, []string{flag}, "",
+		"network", []string{"network/ready-on-proof"}))
 }

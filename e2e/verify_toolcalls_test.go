@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
 	"github.com/sandboxd/sandbox/verify"
 )
@@ -37,10 +40,20 @@ const toolInternetPolicy = "sandbox-tool-internet"
 
 type toolPolicyKey struct{}
 
+// serveRestore holds the undo of a serve change made in an assessment, for
+// the feature's Teardown.
+type (
+	serveRestore    struct{ fn func() }
+	serveRestoreKey struct{}
+)
+
 // TestVerifyToolPodsWithPrivateEgress drops the excepts of the tool pods'
-// internet policy (tool pods may then reach every address) and asserts that
-// the tool-call block checks FAIL while the internet check still PASSes,
-// then puts the very same policy back.
+// internet policy (tool pods may then reach every address, the API server
+// included). A tool pod then cannot prove its egress cut, so a call fails
+// closed with the 503 that says why. Runners that skip the proof (serve's
+// --unsafe=unproven-ready) do run the calls, and verify's tool-call block
+// checks FAIL while the internet check still PASSes. Then the very same
+// policy and serve are put back.
 func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 	f := features.New("sandbox verify fails when tool pods may reach private ranges").
 		WithLabel("needs", "service").
@@ -71,9 +84,26 @@ func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 			}
 			t.Logf("dropped the excepts of %d ipBlocks of %s", open, toolInternetPolicy)
 			time.Sleep(3 * time.Second) // the engine reprograms its rules within about a second
+			ctx = context.WithValue(ctx, serveRestoreKey{}, &serveRestore{})
 			return context.WithValue(ctx, toolPolicyKey{}, saved)
 		}).
-		Assess("the tool-call block checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		Assess("a tool call fails closed", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			r, err := postCall(ctx, forwardToService(ctx, t, cfg), toolCall("tools.sample:add", []any{1, 2}, nil, 10, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("call on an open network: %s", r)
+			if r.status != http.StatusServiceUnavailable || !strings.HasPrefix(r.errMsg, api.NotSealed) {
+				t.Errorf("a tool call whose pod cannot prove its egress cut: %s, want 503 %q", r, api.NotSealed)
+			}
+			return ctx
+		}).
+		Assess("with runners that skip the proof, the tool-call block checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			const flag = "--unsafe=unproven-ready"
+			if !binaryAccepts(ctx, "serve", flag) || !binaryAccepts(ctx, "run", flag) {
+				t.Fatalf("the binary does not accept %s", flag)
+			}
+			ctx.Value(serveRestoreKey{}).(*serveRestore).fn = weaken(ctx, t, serveChange{args: []string{flag}})
 			rep := runVerify(ctx, t, "--only", "toolcalls")
 			expect(t, rep, verify.Fail, toolBlockChecks...)
 			expect(t, rep, verify.Pass, "toolcalls/internet-standin")
@@ -96,6 +126,9 @@ func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 			cur.Spec = saved.Spec
 			if _, err := nps.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 				t.Errorf("restore policy %s: %v", toolInternetPolicy, err)
+			}
+			if sr, ok := ctx.Value(serveRestoreKey{}).(*serveRestore); ok && sr.fn != nil {
+				sr.fn()
 			}
 			time.Sleep(3 * time.Second)
 			return ctx

@@ -4,13 +4,16 @@ import (
 	"crypto/rand"
 	"fmt"
 	"math/big"
+	"net"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/weaken"
 )
 
@@ -40,12 +43,6 @@ const (
 	// room for a snippet's ordinary use of processes and threads, small
 	// enough that a fork bomb stays a pod's problem.
 	DefaultPodPidsLimit = 1024
-
-	// ReadinessDelaySeconds holds a new pod out of the pool for its first
-	// seconds: a NetworkPolicy engine programs a new pod's rules shortly after
-	// it gets its IP (about a second on kube-router), and a pod must never
-	// run a snippet before its egress is cut. Only cold starts pay for it.
-	ReadinessDelaySeconds = 2
 
 	// Workdir is the snippet's working directory (an emptyDir).
 	Workdir = "/work"
@@ -88,10 +85,74 @@ type PodOptions struct {
 	// a container cannot read its pod's limit itself.
 	PidsLimit int64
 
+	// DNS is the snippet pods' DNS: DNSSealed or DNSCluster ("" is
+	// DefaultDNS).
+	DNS string
+	// Seal is what the pods' runner proves cut before it is Ready.
+	Seal SealOptions
+
 	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. The restricted namespace refuses a
 	// root-token pod anyway.
 	Unsafe weaken.Set
+}
+
+// The snippet pods' DNS modes (serve's --snippet-dns).
+const (
+	// DNSSealed: the pod's resolv.conf names its own runner
+	// (seal.ResolverAddr), which answers every name NXDOMAIN at once and
+	// forwards nothing, and the pod's NetworkPolicy allows no egress at all:
+	// no query leaves the pod, so DNS carries nothing out.
+	DNSSealed = "sealed"
+	// DNSCluster: lookups go to the cluster DNS, which forwards names
+	// outside the cluster upstream; the pods carry LabelDNS=cluster, which
+	// the manifests' sandbox-runner-dns policy opens port 53 to the cluster
+	// DNS for. Data can leave encoded in query names.
+	DNSCluster = "cluster"
+	// DefaultDNS is sealed: a snippet has no use for names it could not
+	// connect to anyway, and an open resolver is a channel out.
+	DefaultDNS = DNSSealed
+	// LabelDNS carries the pod's DNS mode.
+	LabelDNS = "sandbox.dev/dns"
+)
+
+// DNSModes lists the modes, for flags and errors.
+var DNSModes = []string{DNSSealed, DNSCluster}
+
+// ValidateDNS checks a DNS mode ("" is the default).
+func ValidateDNS(mode string) error {
+	switch mode {
+	case "", DNSSealed, DNSCluster:
+		return nil
+	}
+	return fmt.Errorf("snippet DNS %q: want %s or %s", mode, DNSSealed, DNSCluster)
+}
+
+// SealOptions are the addresses a sandbox pod's runner must find cut before
+// it is Ready (see package seal): serve knows them from its own pod.
+type SealOptions struct {
+	// Probes are TCP addresses (host:port): the API server's Service, which
+	// every pod reaches unless a NetworkPolicy stops it.
+	Probes []string
+	// DNS are the cluster DNS resolvers (host:port), asked DNSName: a
+	// sealed pod must get no answer from them. Cluster-mode pods ignore it.
+	DNS     []string
+	DNSName string
+}
+
+// args are the runner flags for o; dns adds the DNS proof.
+func (o SealOptions) args(dns bool) []string {
+	var a []string
+	if len(o.Probes) > 0 {
+		a = append(a, "--seal-probe", strings.Join(o.Probes, ","))
+	}
+	if dns && len(o.DNS) > 0 {
+		a = append(a, "--seal-dns", strings.Join(o.DNS, ","))
+		if o.DNSName != "" {
+			a = append(a, "--seal-dns-name", o.DNSName)
+		}
+	}
+	return a
 }
 
 // ValidateCPURequest checks a CPURequest: a quantity above zero and not
@@ -136,9 +197,18 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	if o.Unsafe.Has(weaken.RootToken) {
 		uid, gid, nonRoot, mountToken = 0, 0, false, true
 	}
+	dnsMode := o.DNS
+	if dnsMode == "" {
+		dnsMode = DefaultDNS
+	}
+	sealed := dnsMode == DNSSealed
 	args := []string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir}
 	if o.PidsLimit > 0 {
 		args = append(args, "--pod-pids-limit", strconv.FormatInt(o.PidsLimit, 10))
+	}
+	args = append(args, o.Seal.args(sealed)...)
+	if sealed {
+		args = append(args, "--resolver", seal.ResolverAddr)
 	}
 	if o.Unsafe.Has(weaken.NeverReady) {
 		args[2] = ":" + strconv.Itoa(int(port)+1)
@@ -163,6 +233,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 				LabelName:  RunnerName,
 				LabelKind:  KindSnippet,
 				LabelOwner: LabelValue(o.Owner.Name),
+				LabelDNS:   dnsMode,
 			},
 		},
 		Spec: corev1.PodSpec{
@@ -219,6 +290,15 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	if o.Owner.Incarnation != "" {
 		pod.Labels[LabelIncarnation] = LabelValue(o.Owner.Incarnation)
 	}
+	if sealed {
+		// The runner's resolver is the pod's only one (resolv.conf has no
+		// port, hence 53), and it binds that port as non-root through the
+		// pod's own safe sysctl.
+		host, _, _ := net.SplitHostPort(seal.ResolverAddr)
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{host}}
+		pod.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: seal.UnprivilegedPortSysctl, Value: seal.UnprivilegedPortStart}}
+	}
 	if o.RuntimeClass != "" {
 		rc := o.RuntimeClass
 		pod.Spec.RuntimeClassName = &rc
@@ -265,18 +345,21 @@ func requests(limits corev1.ResourceList, cpu string) corev1.ResourceList {
 	return r
 }
 
-// runnerReadiness is the probe of a sandbox pod's runner, snippet or tool:
-// Ready only after ReadinessDelaySeconds, so that the pod's NetworkPolicy is
-// in force before anything is sent to it, then at once.
+// runnerReadiness is the probe of a sandbox pod's runner, snippet or tool.
+// The runner answers 200 only once it has proven the pod's egress cut (its
+// --seal-probe targets refused or silent) and, in a snippet pod, its python3
+// waits for the job, so no delay is needed: the probe
+// starts at once, every second, and the runner holds each probe that comes
+// before the proof up to seal.ReadyWait, so that Ready follows the proof by
+// milliseconds rather than by up to a period.
 func runnerReadiness() *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path: "/readyz", Port: intstrName(RunnerPortName),
 		}},
-		InitialDelaySeconds: ReadinessDelaySeconds,
-		PeriodSeconds:       1,
-		TimeoutSeconds:      1,
-		SuccessThreshold:    1,
-		FailureThreshold:    1,
+		PeriodSeconds:    1,
+		TimeoutSeconds:   seal.ProbeTimeoutSeconds,
+		SuccessThreshold: 1,
+		FailureThreshold: 1,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/weaken"
 )
 
@@ -112,12 +114,23 @@ func TestSnippetPodPosture(t *testing.T) {
 	if c.ImagePullPolicy != corev1.PullIfNotPresent || c.Image != "sandbox:dev" {
 		fail("image %s pull %s", c.Image, c.ImagePullPolicy)
 	}
-	if got := strings.Join(c.Args, " "); got != "run --listen :8080 --workdir /work" {
+	if got := strings.Join(c.Args, " "); got != "run --listen :8080 --workdir /work --resolver 127.0.0.1:53" {
 		fail("args %q", got)
 	}
 	rp := c.ReadinessProbe
 	if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" || rp.HTTPGet.Port.StrVal != RunnerPortName || rp.PeriodSeconds != 1 {
 		fail("readiness probe %+v", rp)
+	}
+	// Readiness is the runner's proof, not a timer; it holds an early
+	// probe below the probe's timeout.
+	if rp.InitialDelaySeconds != 0 || time.Duration(rp.TimeoutSeconds)*time.Second <= seal.ReadyWait {
+		fail("readiness probe delay %d s, timeout %d s: want no delay and a timeout above the runner's %s wait",
+			rp.InitialDelaySeconds, rp.TimeoutSeconds, seal.ReadyWait)
+	}
+	for _, sc := range psc.Sysctls {
+		if sc.Name != seal.UnprivilegedPortSysctl {
+			fail("sysctl %s: only the safe %s is expected", sc.Name, seal.UnprivilegedPortSysctl)
+		}
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != RunnerPortName || c.Ports[0].ContainerPort != DefaultRunnerPort {
 		fail("ports %+v", c.Ports)
@@ -161,6 +174,52 @@ func TestSnippetPodOptions(t *testing.T) {
 	}
 	if i := slices.Index(c.Args, "--pod-pids-limit"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "512" {
 		t.Errorf("args %v: the runner is not told the pod's process limit", c.Args)
+	}
+}
+
+// TestSnippetPodDNS: a sealed pod resolves through its own runner only (no
+// other nameserver, the runner told to answer there and allowed to bind
+// port 53 as non-root) and proves the cluster DNS silent; a cluster-mode pod
+// keeps the cluster DNS, carries the label its DNS policy selects, and
+// proves only the API server cut.
+func TestSnippetPodDNS(t *testing.T) {
+	so := SealOptions{Probes: []string{"10.96.0.1:443"}, DNS: []string{"10.96.0.10:53"}, DNSName: "kubernetes.default.svc.k8s.example."}
+	for _, tc := range []struct {
+		mode, label string
+		args        string
+	}{
+		{"", DNSSealed, "--seal-probe 10.96.0.1:443 --seal-dns 10.96.0.10:53 --seal-dns-name kubernetes.default.svc.k8s.example. --resolver 127.0.0.1:53"},
+		{DNSSealed, DNSSealed, "--seal-probe 10.96.0.1:443 --seal-dns 10.96.0.10:53 --seal-dns-name kubernetes.default.svc.k8s.example. --resolver 127.0.0.1:53"},
+		{DNSCluster, DNSCluster, "--seal-probe 10.96.0.1:443"},
+	} {
+		t.Run(tc.label+"/"+tc.mode, func(t *testing.T) {
+			pod := testPod(PodOptions{DNS: tc.mode, Seal: so})
+			s := pod.Spec
+			args := strings.Join(s.Containers[0].Args, " ")
+			if want := "run --listen :8080 --workdir /work " + tc.args; args != want {
+				t.Errorf("args\n got %q\nwant %q", args, want)
+			}
+			if pod.Labels[LabelDNS] != tc.label {
+				t.Errorf("label %s=%q, want %q", LabelDNS, pod.Labels[LabelDNS], tc.label)
+			}
+			sysctls := s.SecurityContext.Sysctls
+			if tc.label == DNSCluster {
+				if s.DNSPolicy != "" || s.DNSConfig != nil || len(sysctls) != 0 {
+					t.Errorf("cluster mode: dnsPolicy %q, dnsConfig %+v, sysctls %v", s.DNSPolicy, s.DNSConfig, sysctls)
+				}
+				return
+			}
+			if s.DNSPolicy != corev1.DNSNone || s.DNSConfig == nil || !slices.Equal(s.DNSConfig.Nameservers, []string{"127.0.0.1"}) ||
+				len(s.DNSConfig.Searches) != 0 {
+				t.Errorf("sealed: dnsPolicy %q, dnsConfig %+v: want only the runner's 127.0.0.1", s.DNSPolicy, s.DNSConfig)
+			}
+			if len(sysctls) != 1 || sysctls[0].Name != "net.ipv4.ip_unprivileged_port_start" || sysctls[0].Value != "53" {
+				t.Errorf("sealed: sysctls %v: want ports from 53 up bindable, below it privileged", sysctls)
+			}
+		})
+	}
+	if ValidateDNS("open") == nil || ValidateDNS("") != nil || ValidateDNS(DNSCluster) != nil {
+		t.Error("ValidateDNS")
 	}
 }
 
@@ -258,7 +317,7 @@ func TestSnippetPodUnsafeForVerify(t *testing.T) {
 	if *pod.Spec.SecurityContext.RunAsUser != 0 || *sc.RunAsUser != 0 || *sc.RunAsNonRoot || !*pod.Spec.AutomountServiceAccountToken {
 		t.Errorf("root-token pod: uid %d nonRoot %v token %v", *sc.RunAsUser, *sc.RunAsNonRoot, *pod.Spec.AutomountServiceAccountToken)
 	}
-	want := []string{"run", "--listen", ":8081", "--workdir", Workdir, "--unsafe", "kill-leader-only"}
+	want := []string{"run", "--listen", ":8081", "--workdir", Workdir, "--resolver", seal.ResolverAddr, "--unsafe", "kill-leader-only"}
 	if args := pod.Spec.Containers[0].Args; !slices.Equal(args, want) {
 		t.Errorf("args %q, want %q", args, want)
 	}

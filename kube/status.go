@@ -111,6 +111,17 @@ func isBenign(pod *corev1.Pod) bool {
 	return true
 }
 
+// RunnerMessage is the runner container's termination message ("" while
+// it runs): what it wrote last, by the pods' FallbackToLogsOnError.
+func RunnerMessage(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == RunnerContainer && cs.State.Terminated != nil {
+			return cs.State.Terminated.Message
+		}
+	}
+	return ""
+}
+
 // Unschedulable returns the scheduler's message when it cannot place the
 // pod (e.g. "0/1 nodes are available: 1 Insufficient cpu."), else "".
 func Unschedulable(pod *corev1.Pod) string {

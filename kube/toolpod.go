@@ -70,6 +70,11 @@ type ToolPodOptions struct {
 	// pods): a 2-CPU request never schedules on a 2-CPU node that also runs
 	// the control plane.
 	CPURequest string
+	// Seal is what the runner proves cut before it is Ready: the API
+	// server's Service (in 10/8, which every tool pod policy excepts). A tool
+	// pod keeps the cluster DNS, which its internet egress needs, so its
+	// Seal.DNS is not used.
+	Seal SealOptions
 	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. Runner weakenings are handed to the pod's
 	// runner as for snippet pods.
@@ -130,6 +135,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	if o.Python != "" {
 		args = append(args, "--python", o.Python)
 	}
+	args = append(args, o.Seal.args(false)...)
 	for _, n := range o.Unsafe.Names(true) {
 		args = append(args, "--unsafe", n)
 	}

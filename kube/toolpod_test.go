@@ -11,7 +11,8 @@ import (
 
 func TestToolPodHardened(t *testing.T) {
 	o := ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1", Owner: Owner{Name: "serve-0", UID: "u"},
-		Python: "/usr/local/bin/python3.12", MaxTimeout: 2 * time.Minute, ActiveDeadline: 5 * time.Minute}
+		Python: "/usr/local/bin/python3.12", MaxTimeout: 2 * time.Minute, ActiveDeadline: 5 * time.Minute,
+		Seal: SealOptions{Probes: []string{"10.96.0.1:443"}, DNS: []string{"10.96.0.10:53"}}}
 	p := ToolPod(o, "sandbox-tool-abcde", 123456)
 	s := p.Spec
 	if *s.AutomountServiceAccountToken || *s.EnableServiceLinks || s.HostNetwork || s.HostPID || s.HostIPC ||
@@ -43,8 +44,14 @@ func TestToolPodHardened(t *testing.T) {
 		!slices.Contains(main.Args, "2m0s") {
 		t.Errorf("main container %s %v %v (workdir %q)", main.Image, main.Command, main.Args, main.WorkingDir)
 	}
-	if main.ReadinessProbe.InitialDelaySeconds < ReadinessDelaySeconds {
-		t.Errorf("readiness delay %d: the policy needs time before the call", main.ReadinessProbe.InitialDelaySeconds)
+	// Ready on the runner's proof that the API server is cut; the tool pod
+	// keeps the cluster DNS its internet egress needs, so no DNS proof.
+	if i := slices.Index(main.Args, "--seal-probe"); i < 0 || main.Args[i+1] != "10.96.0.1:443" || slices.Contains(main.Args, "--seal-dns") ||
+		slices.Contains(main.Args, "--resolver") || s.DNSPolicy != "" {
+		t.Errorf("seal args %v, dnsPolicy %q", main.Args, s.DNSPolicy)
+	}
+	if main.ReadinessProbe.InitialDelaySeconds != 0 || main.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness probe %+v: readiness is the runner's proof, not a delay", main.ReadinessProbe)
 	}
 	if s.InitContainers[0].Image != "sandbox:dev" || s.InitContainers[0].Command[1] != ToolSandboxBinary {
 		t.Errorf("init container %+v", s.InitContainers[0])

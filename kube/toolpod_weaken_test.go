@@ -18,7 +18,7 @@ func TestToolPodWeakened(t *testing.T) {
 	if slices.Contains(p.Spec.Containers[0].Args, "--unsafe") {
 		t.Errorf("unweakened runner args %v", p.Spec.Containers[0].Args)
 	}
-	set, err := weaken.Parse([]string{string(weaken.ToolRootToken), string(weaken.KillLeaderOnly)}, false)
+	set, err := weaken.Parse([]string{string(weaken.ToolRootToken), string(weaken.KillLeaderOnly), string(weaken.UnprovenReady)}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,8 +28,9 @@ func TestToolPodWeakened(t *testing.T) {
 	if !*p.Spec.AutomountServiceAccountToken || *p.Spec.SecurityContext.RunAsUser != 0 || *c.SecurityContext.RunAsUser != 0 || *c.SecurityContext.RunAsNonRoot {
 		t.Errorf("tool-root-token did not make a root pod with the token: %+v", c.SecurityContext)
 	}
-	if i := slices.Index(c.Args, "--unsafe"); i < 0 || c.Args[i+1] != string(weaken.KillLeaderOnly) {
-		t.Errorf("the runner weakening is not handed to the tool pod's runner: %v", c.Args)
+	if i := slices.Index(c.Args, "--unsafe"); i < 0 || c.Args[i+1] != string(weaken.KillLeaderOnly) ||
+		!slices.Contains(c.Args, string(weaken.UnprovenReady)) {
+		t.Errorf("the runner weakenings are not handed to the tool pod's runner: %v", c.Args)
 	}
 }
 

@@ -75,6 +75,9 @@ type Options struct {
 	// ToolReadyTimeout is how long a call waits for its pod to be Ready
 	// (0 keeps the files' 110 s).
 	ToolReadyTimeout time.Duration
+	// SnippetDNS is the snippet pods' DNS mode, kube.DNSSealed or
+	// kube.DNSCluster ("" keeps the files' sealed).
+	SnippetDNS string
 }
 
 func (o *Options) defaults() error {
@@ -118,7 +121,10 @@ func (o *Options) defaults() error {
 	if err := api.ValidateImagePatterns(o.ToolImages); err != nil {
 		return err
 	}
-	return nil
+	if o.SnippetDNS == "" {
+		o.SnippetDNS = kube.DefaultDNS
+	}
+	return kube.ValidateDNS(o.SnippetDNS)
 }
 
 // Objects returns the manifests as typed objects, in apply order, with o's
@@ -263,6 +269,7 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 			"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
 			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ","),
 			"SANDBOX_TOOL_INTERNET_EGRESS": strconv.FormatBool(!o.NoToolInternet),
+			"SANDBOX_SNIPPET_DNS":          o.SnippetDNS,
 		}
 		if o.ToolReadyTimeout > 0 {
 			set["SANDBOX_TOOL_READY_TIMEOUT"] = o.ToolReadyTimeout.String()

@@ -55,7 +55,7 @@ func TestKinds(t *testing.T) {
 	sort.Strings(got)
 	want := []string{
 		"Deployment/sandbox", "Namespace/sandbox",
-		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-serve",
+		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-runner-dns", "NetworkPolicy/sandbox-serve",
 		"NetworkPolicy/sandbox-tool", "NetworkPolicy/sandbox-tool-internet",
 		"PodDisruptionBudget/sandbox", "Role/sandbox", "RoleBinding/sandbox", "Service/sandbox", "ServiceAccount/sandbox",
 	}
@@ -125,7 +125,8 @@ func TestKustomizationListsEveryFile(t *testing.T) {
 }
 
 func TestOptionsApply(t *testing.T) {
-	o := Options{Namespace: "sb", Image: "reg.example/sandbox:v1", PoolSize: 7, RuntimeClass: "gvisor", PodCPURequest: "100m", APIServerCIDRs: []string{"192.0.2.10/32", "10.0.0.1/32"}}
+	o := Options{Namespace: "sb", Image: "reg.example/sandbox:v1", PoolSize: 7, RuntimeClass: "gvisor", PodCPURequest: "100m", APIServerCIDRs: []string{"192.0.2.10/32", "10.0.0.1/32"},
+		SnippetDNS: "cluster"}
 	m := mustObjects(t, o)
 	if got := deploymentEnv(t, mustObjects(t, Options{PoolSize: 5, PoolMax: 9}))["SANDBOX_POOL_MAX"]; got != "9" {
 		t.Errorf("SANDBOX_POOL_MAX %q with --pool-max 9", got)
@@ -147,7 +148,8 @@ func TestOptionsApply(t *testing.T) {
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
 	}
-	if c.Image != o.Image || env["SANDBOX_IMAGE"] != o.Image || env["SANDBOX_POOL_SIZE"] != "7" || env["SANDBOX_RUNTIME_CLASS"] != "gvisor" || env["SANDBOX_POD_CPU_REQUEST"] != "100m" {
+	if c.Image != o.Image || env["SANDBOX_IMAGE"] != o.Image || env["SANDBOX_POOL_SIZE"] != "7" || env["SANDBOX_RUNTIME_CLASS"] != "gvisor" || env["SANDBOX_POD_CPU_REQUEST"] != "100m" ||
+		env["SANDBOX_SNIPPET_DNS"] != "cluster" {
 		t.Errorf("image %s env %v", c.Image, env)
 	}
 	np := m["NetworkPolicy/sandbox-serve"].(*networkingv1.NetworkPolicy)
@@ -168,6 +170,7 @@ func TestOptionsRejected(t *testing.T) {
 		"pool max":      {PoolSize: 5, PoolMax: 4},
 		"runtime class": {RuntimeClass: "G Visor"},
 		"cpu request":   {PodCPURequest: "3"},
+		"snippet dns":   {SnippetDNS: "open"},
 	} {
 		if _, err := Render(o); err == nil {
 			t.Errorf("%s: accepted %+v", name, o)
@@ -312,14 +315,22 @@ func TestNetworkPolicies(t *testing.T) {
 	if !selects(runner.Spec.PodSelector.MatchLabels, runnerLabels) || selects(runner.Spec.PodSelector.MatchLabels, serveLabels) {
 		t.Errorf("sandbox-runner selects %v", runner.Spec.PodSelector.MatchLabels)
 	}
-	if len(runner.Spec.Egress) != 1 {
-		t.Fatalf("runner egress rules: %d", len(runner.Spec.Egress))
+	// Sealed pods (the default): no egress at all, not even DNS.
+	if len(runner.Spec.Egress) != 0 || !slices.Contains(runner.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+		t.Fatalf("runner egress %+v: a sealed snippet pod must reach nothing", runner.Spec.Egress)
 	}
-	eg := runner.Spec.Egress[0]
+	// Cluster-mode pods alone get port 53 to the cluster DNS pods.
+	clusterLabels := kube.SnippetPod(kube.PodOptions{Namespace: "sandbox", Image: "x", Owner: kube.Owner{Name: "o"}, DNS: kube.DNSCluster}, "p", kube.MinUID).Labels
+	dnsPol := m["NetworkPolicy/sandbox-runner-dns"].(*networkingv1.NetworkPolicy)
+	if !selects(dnsPol.Spec.PodSelector.MatchLabels, clusterLabels) || selects(dnsPol.Spec.PodSelector.MatchLabels, runnerLabels) ||
+		len(dnsPol.Spec.Ingress) != 0 || len(dnsPol.Spec.Egress) != 1 {
+		t.Fatalf("sandbox-runner-dns %+v: want egress for cluster-mode snippet pods only", dnsPol.Spec)
+	}
+	eg := dnsPol.Spec.Egress[0]
 	if len(eg.To) != 1 || eg.To[0].IPBlock != nil || eg.To[0].NamespaceSelector == nil ||
 		eg.To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "kube-system" ||
 		eg.To[0].PodSelector == nil || eg.To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
-		t.Errorf("runner egress peers %+v: want kube-system's kube-dns pods only", eg.To)
+		t.Errorf("runner DNS egress peers %+v: want kube-system's kube-dns pods only", eg.To)
 	}
 	var ports []string
 	for _, p := range eg.Ports {
@@ -327,7 +338,7 @@ func TestNetworkPolicies(t *testing.T) {
 	}
 	sort.Strings(ports)
 	if !slices.Equal(ports, []string{"TCP/53", "UDP/53"}) {
-		t.Errorf("runner egress ports %v", ports)
+		t.Errorf("runner DNS egress ports %v", ports)
 	}
 	if len(runner.Spec.Ingress) != 1 || len(runner.Spec.Ingress[0].From) != 1 ||
 		!selects(runner.Spec.Ingress[0].From[0].PodSelector.MatchLabels, serveLabels) ||

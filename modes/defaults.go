@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandbox/local"
 	"github.com/sandboxd/sandbox/manifests"
 	"github.com/sandboxd/sandbox/pool"
+	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/server"
 	"github.com/sandboxd/sandbox/toolpod"
 	"github.com/sandboxd/sandbox/verify"
@@ -60,6 +61,10 @@ func vars() kong.Vars {
 		"tool_env_deny":       strings.Join(api.DefaultEnvDeny, ","),
 		"tool_ready_timeout":  seconds(kube.ToolReadyTimeout),
 		"tool_max_concurrent": strconv.Itoa(toolpod.DefaultMaxConcurrent),
+		"snippet_dns":         kube.DefaultDNS,
+		"snippet_dns_modes":   strings.Join(kube.DNSModes, ","),
+		"seal_dns_name":       seal.ProbeName,
+		"resolver_addr":       seal.ResolverAddr,
 		"call_timeout":        seconds(api.DefaultCallTimeoutS * time.Second),
 		"max_call_timeout":    seconds(api.MaxCallTimeoutS * time.Second),
 	}

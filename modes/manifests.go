@@ -20,6 +20,7 @@ type ManifestsCmd struct {
 	ToolImages       []string      `name:"tool-images" sep:"," placeholder:"IMAGE" help:"Images tool calls (POST /v1/call) may run: exact, or prefixes ending in / or *. Empty: /v1/call is off."`
 	ToolReadyTimeout time.Duration `name:"tool-ready-timeout" help:"How long a tool call waits for its pod to be Ready (default ${tool_ready_timeout})."`
 	ToolInternet     bool          `name:"tool-internet-egress" default:"true" negatable:"" help:"Tool pods may reach the internet, never private ranges or metadata (--no-tool-internet-egress: DNS only)."`
+	SnippetDNS       string        `name:"snippet-dns" enum:"${snippet_dns_modes}" default:"${snippet_dns}" help:"DNS of snippet pods (SANDBOX_SNIPPET_DNS): sealed answers every lookup inside the pod and lets nothing out; cluster uses the cluster DNS, which forwards outside names upstream."`
 }
 
 // Run renders and prints the manifests.
@@ -35,6 +36,7 @@ func (c *ManifestsCmd) Run(d *Deps) error {
 		ToolImages:       c.ToolImages,
 		NoToolInternet:   !c.ToolInternet,
 		ToolReadyTimeout: c.ToolReadyTimeout,
+		SnippetDNS:       c.SnippetDNS,
 	})
 	if err != nil {
 		return fmt.Errorf("render manifests: %w", err)

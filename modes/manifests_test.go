@@ -10,7 +10,8 @@ import (
 func TestManifestsMode(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := Main([]string{"manifests", "--image", "reg.example/sandbox:v2", "--namespace", "sb", "--pool-size", "5", "--pool-max", "17",
-		"--runtime-class", "gvisor", "--pod-cpu-request", "250m", "--api-server-cidr", "192.0.2.1/32,198.51.100.0/24"}, &out, &errb)
+		"--runtime-class", "gvisor", "--pod-cpu-request", "250m", "--api-server-cidr", "192.0.2.1/32,198.51.100.0/24",
+		"--snippet-dns", "cluster"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -18,6 +19,7 @@ func TestManifestsMode(t *testing.T) {
 	for _, want := range []string{
 		"kind: Namespace", "name: sb\n", "image: reg.example/sandbox:v2", "value: \"5\"", "value: \"17\"", "value: gvisor", "value: 250m",
 		"cidr: 192.0.2.1/32", "cidr: 198.51.100.0/24", "kind: NetworkPolicy", "kind: Role\n",
+		"name: SANDBOX_SNIPPET_DNS\n          value: cluster", "name: sandbox-runner-dns",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
@@ -39,6 +41,7 @@ func TestManifestsModeRejectsBadCIDR(t *testing.T) {
 }
 
 func TestNewKubeBackendValidates(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // outside a cluster, whatever runs the test
 	for name, f := range map[string]KubeFlags{
 		"pool size":   {Image: "x", PoolSize: 0, PoolWait: 1, RunnerPort: 8080},
 		"pool max":    {Image: "x", PoolSize: 3, PoolMax: 2, PoolWait: 1, RunnerPort: 8080},
@@ -48,9 +51,28 @@ func TestNewKubeBackendValidates(t *testing.T) {
 		"image":       {PoolSize: 1, PoolWait: 1, RunnerPort: 8080},
 		"unsafe":      {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, Unsafe: []string{"everything"}},
 		"cpu request": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, CPURequest: "4"},
+		"snippet dns": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, SnippetDNS: "open"},
+		// Outside a cluster there is no address to prove a pod's egress cut
+		// against unless one is given: no pod could ever be Ready.
+		"no seal probe": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080},
+		"seal probe":    {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, SealProbe: []string{"10.96.0.1"}},
 	} {
 		if _, _, err := newKubeBackend(&f, slog.New(slog.DiscardHandler)); err == nil {
 			t.Errorf("%s: accepted %+v", name, f)
 		}
+	}
+}
+
+func TestManifestsModeRejectsBadSnippetDNS(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"manifests", "--snippet-dns", "open"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "snippet-dns") {
+		t.Fatalf("exit %d, stderr %q: want --snippet-dns refused", code, errb.String())
+	}
+}
+
+func TestRunRejectsBadSealAddress(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"run", "--seal-probe", "10.96.0.1"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "--seal-probe") {
+		t.Fatalf("exit %d, stderr %q: want the address refused", code, errb.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/runner"
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // Run runs the chosen form.
@@ -40,6 +41,10 @@ func (c *RunCmd) Run(d *Deps) error {
 		PodPidsLimit: c.PodPidsLimit,
 		Exec:         opts,
 		Logger:       log,
+
+		SealTargets:         c.sealTargets(),
+		Resolver:            c.Resolver,
+		UnsafeUnprovenReady: c.unsafe().Has(weaken.UnprovenReady),
 	})
 	if err != nil {
 		return err

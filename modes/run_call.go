@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/sandboxd/sandbox/runner"
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // serveCall is `sandbox run --call`, a tool pod's entrypoint: it serves one
@@ -39,6 +40,10 @@ func (c *RunCmd) serveCall(d *Deps) error {
 		Logger:     log,
 		Call:       true,
 		CallEnv:    runner.ToolEnv(os.Environ()),
+
+		SealTargets:         c.sealTargets(),
+		Resolver:            c.Resolver,
+		UnsafeUnprovenReady: c.unsafe().Has(weaken.UnprovenReady),
 	})
 	if err != nil {
 		return err

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/local"
 	"github.com/sandboxd/sandbox/runner"
+	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/weaken"
 )
 
@@ -33,6 +35,11 @@ type RunCmd struct {
 	Python       string        `name:"python" placeholder:"PATH" help:"With --call: the interpreter (default python3 from the image's PATH)."`
 	SnippetEnv   []string      `name:"snippet-env" env:"SANDBOX_SNIPPET_ENV" sep:"," placeholder:"NAME=VALUE" help:"Add a variable to the snippet's environment (the sandbox image sets MPLBACKEND and MPLCONFIGDIR this way); not one the runner sets itself. Repeatable."`
 	SeedTmp      string        `name:"seed-tmp" env:"SANDBOX_SEED_TMP" placeholder:"DIR" help:"When serving: before taking the job, recreate DIR's directories in the pod's temporary directory and link its files there (caches the image built read-only, such as matplotlib's font list)."`
+
+	SealProbe   []string `name:"seal-probe" sep:"," env:"SANDBOX_SEAL_PROBE" placeholder:"HOST:PORT" help:"Addresses the pod must not reach over TCP: the runner is Ready, and takes its job, only while it has proven each refused or silent (default: the API server's Service address from KUBERNETES_SERVICE_HOST/PORT, inside a cluster)."`
+	SealDNS     []string `name:"seal-dns" sep:"," env:"SANDBOX_SEAL_DNS" placeholder:"HOST:PORT" help:"Resolvers that must not answer the pod (the cluster DNS, for a sealed pod): part of the same proof."`
+	SealDNSName string   `name:"seal-dns-name" default:"${seal_dns_name}" help:"The name --seal-dns resolvers are asked: one they answer themselves, at once."`
+	Resolver    string   `name:"resolver" env:"SANDBOX_RESOLVER" placeholder:"HOST:PORT" help:"Answer DNS here, every name NXDOMAIN but localhost, nothing forwarded (${resolver_addr} in a sealed pod, whose resolv.conf names it)."`
 
 	Isolation string `enum:"${isolations}" default:"${isolation}" env:"SANDBOX_ISOLATION" help:"As root, a --code-file snippet runs isolated (its own uid, namespaces, read-only host, private /tmp, cgroups): auto and strict refuse to run it as root any other way; none runs it as a plain process, as root."`
 
@@ -62,6 +69,11 @@ func (c *RunCmd) Validate() error {
 	if err := runner.CheckSnippetEnv(c.SnippetEnv); err != nil {
 		return fmt.Errorf("--snippet-env: %w", err)
 	}
+	for _, a := range append(append([]string(nil), c.SealProbe...), c.SealDNS...) {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("--seal-probe/--seal-dns %q: %w", a, err)
+		}
+	}
 	return nil
 }
 
@@ -85,6 +97,26 @@ func (c *RunCmd) unsafe() weaken.Set {
 func (c *RunCmd) options() exec.Options {
 	return exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit, MaxProcs: c.MaxProcs,
 		MaxFileSize: c.MaxFileSize, UnsafeKillLeaderOnly: c.unsafe().Has(weaken.KillLeaderOnly)}
+}
+
+// sealTargets are what the runner must prove cut: --seal-probe (or the API
+// server's Service address the kubelet gives every container) and
+// --seal-dns.
+func (c *RunCmd) sealTargets() []seal.Target {
+	probes := c.SealProbe
+	if len(probes) == 0 {
+		if a := seal.APIServerAddr(os.Getenv); a != "" {
+			probes = []string{a}
+		}
+	}
+	var ts []seal.Target
+	for _, a := range probes {
+		ts = append(ts, seal.Target{Kind: seal.TCP, Addr: a})
+	}
+	for _, a := range c.SealDNS {
+		ts = append(ts, seal.Target{Kind: seal.DNS, Addr: a, Name: c.SealDNSName})
+	}
+	return ts
 }
 
 // isolated reports whether a --code-file run is isolated: always as root,

@@ -77,6 +77,10 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 	if f.PodName != "" && f.PodUID != "" {
 		owner.UID = types.UID(f.PodUID)
 	}
+	sealOpts, err := f.osSealOptions()
+	if err != nil {
+		return nil, policy, nil, err
+	}
 	client, err := kube.NewClient(f.Kubeconfig, "sandbox-serve")
 	if err != nil {
 		return nil, policy, nil, err
@@ -92,6 +96,7 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 			Python:       t.ToolPython,
 			Internet:     t.ToolInternet,
 			CPURequest:   f.CPURequest,
+			Seal:         sealOpts,
 			Unsafe:       unsafe,
 		},
 		ReadyTimeout:  t.ToolReadyTimeout,

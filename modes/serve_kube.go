@@ -32,6 +32,9 @@ type KubeFlags struct {
 	PodName      string        `name:"pod-name" env:"POD_NAME" help:"This serve pod's name (downward API): the owner of the sandbox pods (default: the host name)."`
 	PodUID       string        `name:"pod-uid" env:"POD_UID" help:"This serve pod's UID (downward API): sandbox pods get an ownerReference to it."`
 	Kubeconfig   string        `type:"path" help:"Kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)."`
+	SnippetDNS   string        `name:"snippet-dns" enum:"${snippet_dns_modes}" default:"${snippet_dns}" env:"SANDBOX_SNIPPET_DNS" help:"DNS of snippet pods: sealed (the pod's runner answers every name NXDOMAIN at once and nothing leaves the pod; its NetworkPolicy allows no egress) or cluster (the cluster DNS, which forwards outside names upstream: a channel out). The manifests' policies follow the pods' label."`
+	SealProbe    []string      `name:"seal-probe" sep:"," env:"SANDBOX_SEAL_PROBE" placeholder:"HOST:PORT" help:"Addresses sandbox pods must find cut (refused or silent) before they are Ready (default inside a cluster: the API server's Service, KUBERNETES_SERVICE_HOST:PORT). Required outside one."`
+	SealDNS      []string      `name:"seal-dns" sep:"," env:"SANDBOX_SEAL_DNS" placeholder:"HOST:PORT" help:"The cluster DNS, which sealed snippet pods must get no answer from before they are Ready (default inside a cluster: the nameservers of serve's own resolv.conf)."`
 
 	// For the e2e suite's negative tests only: see package weaken.
 	Unsafe []string `name:"unsafe" env:"SANDBOX_UNSAFE" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the sandbox pods on purpose (${unsafe_serve}), to show that verify's checks can fail. Never in production."`
@@ -57,6 +60,16 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 	}
 	if err := kube.ValidateCPURequest(f.CPURequest); err != nil {
 		return nil, nil, fmt.Errorf("--pod-cpu-request: %w", err)
+	}
+	if err := kube.ValidateDNS(f.SnippetDNS); err != nil {
+		return nil, nil, fmt.Errorf("--snippet-dns: %w", err)
+	}
+	sealOpts, err := f.osSealOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.SnippetDNS != kube.DNSCluster && len(sealOpts.DNS) == 0 {
+		log.Warn("no cluster DNS known (--seal-dns): sealed snippet pods prove only the API server cut")
 	}
 	unsafe, err := weaken.Parse(f.Unsafe, false)
 	if err != nil {
@@ -90,6 +103,8 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 			Owner:        owner,
 			CPURequest:   f.CPURequest,
 			PidsLimit:    f.PodPidsLimit,
+			DNS:          f.SnippetDNS,
+			Seal:         sealOpts,
 			Unsafe:       unsafe,
 		},
 		Size:   f.PoolSize,

@@ -76,7 +76,8 @@ func (b *syncBuffer) String() string {
 // that --log-format and --log-level apply to its lines too.
 func TestServeKubeLogger(t *testing.T) {
 	c := parse(t, "serve", "--backend", "kubernetes", "--listen", "127.0.0.1:0",
-		"--kubeconfig", fakeAPIServer(t), "--namespace", "sandbox", "--log-format", "text").Serve
+		"--kubeconfig", fakeAPIServer(t), "--namespace", "sandbox", "--log-format", "text",
+		"--seal-probe", "10.96.0.1:443").Serve
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
 	done := make(chan error, 1)
@@ -101,5 +102,56 @@ func TestServeKubeLogger(t *testing.T) {
 		if !strings.HasPrefix(l, "time=") {
 			t.Errorf("a log line not in --log-format text: %s", l)
 		}
+	}
+}
+
+// TestSealOptions: inside a cluster serve proves its pods against the API
+// server's Service and its own cluster DNS, asked in its cluster domain;
+// outside one it needs --seal-probe, and refuses to start without it (no
+// pod could ever be Ready).
+func TestSealOptions(t *testing.T) {
+	inCluster := map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+	resolv := func(string) ([]byte, error) {
+		return []byte("search sandbox.svc.k8s.example svc.k8s.example k8s.example\nnameserver 10.96.0.10\noptions ndots:5\n"), nil
+	}
+	noFile := func(string) ([]byte, error) { return nil, os.ErrNotExist }
+	for _, tc := range []struct {
+		name          string
+		flags         KubeFlags
+		env           map[string]string
+		read          func(string) ([]byte, error)
+		probes, dns   string
+		dnsName, fail string
+	}{
+		{name: "in a cluster", env: inCluster, read: resolv,
+			probes: "10.96.0.1:443", dns: "10.96.0.10:53", dnsName: "kubernetes.default.svc.k8s.example."},
+		{name: "flags win", flags: KubeFlags{SealProbe: []string{"172.20.0.1:443"}, SealDNS: []string{"172.20.0.10:53"}}, env: inCluster, read: resolv,
+			probes: "172.20.0.1:443", dns: "172.20.0.10:53", dnsName: "kubernetes.default.svc.k8s.example."},
+		{name: "outside a cluster", flags: KubeFlags{SealProbe: []string{"10.96.0.1:443"}}, read: resolv,
+			probes: "10.96.0.1:443", dnsName: "kubernetes.default.svc.cluster.local."},
+		{name: "outside a cluster without --seal-probe", read: noFile, fail: "--seal-probe"},
+		{name: "bad address", flags: KubeFlags{SealProbe: []string{"10.96.0.1"}}, read: noFile, fail: "missing port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := tc.flags.sealOptions(func(k string) string { return tc.env[k] }, tc.read)
+			if tc.fail != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.fail) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.fail)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(o.Probes, ","); got != tc.probes {
+				t.Errorf("probes %q, want %q", got, tc.probes)
+			}
+			if got := strings.Join(o.DNS, ","); got != tc.dns {
+				t.Errorf("dns %q, want %q", got, tc.dns)
+			}
+			if o.DNSName != tc.dnsName {
+				t.Errorf("dns name %q, want %q", o.DNSName, tc.dnsName)
+			}
+		})
 	}
 }

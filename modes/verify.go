@@ -25,6 +25,9 @@ type VerifyCmd struct {
 	PrivateAddrs   []string `name:"private-addr" sep:"," placeholder:"HOST:PORT" help:"Addresses in private ranges (192.168.0.0/16, 100.64.0.0/10, ...) answering HTTP, for the tool-call checks where verify knows none of its own."`
 	StandinToken   string   `help:"Text the stand-ins' answers must contain for the control's reach to count (the e2e stand-ins answer sandbox-canary); empty accepts any HTTP answer."`
 	ClusterDomain  string   `default:"${cluster_domain}" help:"Cluster DNS domain."`
+	DNSCanaryZone  string   `name:"dns-canary-zone" help:"A zone the cluster DNS forwards to a server outside the cluster that answers every name in it with --dns-canary-answer: network/dns-exfiltration looks a fresh name up in it, from the control (which must get the answer) and from a sandbox (which must not)."`
+	DNSCanaryAns   string   `name:"dns-canary-answer" placeholder:"IP" help:"The address the --dns-canary-zone server answers with."`
+	MetadataAddr6  string   `name:"metadata-addr6" default:"[fd00:ec2::254]:80" help:"The metadata service's IPv6 address as [host]:port, probed where the cluster has IPv6; empty skips it."`
 	RuntimeClass   string   `help:"runtimeClassName snippet pods must carry (empty: none configured)."`
 	MemoryLimit    string   `default:"${snippet_memory}" help:"Memory limit snippet pods must carry."`
 	Parallel       int      `default:"${parallel}" help:"Concurrent runs of the parallel check."`
@@ -48,7 +51,7 @@ func (c *VerifyCmd) Run(d *Deps) error {
 		Namespace: c.Namespace, Service: c.Service, URL: c.URL, Kubeconfig: c.Kubeconfig, Context: c.Context,
 		ServiceAccount: c.ServiceAccount, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr, StandinToken: c.StandinToken,
 		ToolImage: c.ToolImage, PrivateAddrs: c.PrivateAddrs,
-		ClusterDomain: c.ClusterDomain, RuntimeClass: c.RuntimeClass, MemoryLimit: c.MemoryLimit, Parallel: c.Parallel,
+		ClusterDomain: c.ClusterDomain, DNSCanaryZone: c.DNSCanaryZone, DNSCanaryAnswer: c.DNSCanaryAns, MetadataAddr6: c.MetadataAddr6, RuntimeClass: c.RuntimeClass, MemoryLimit: c.MemoryLimit, Parallel: c.Parallel,
 		Only: c.Only, Timeout: c.Timeout, AllowInconclusive: c.AllowInconclusive, KeepFixtures: c.Keep,
 		Progress: d.Stderr,
 	})

@@ -163,6 +163,57 @@ def attempt_dns_tcp(t, timeout):
     return r
 
 
+def attempt_resolve(t, timeout):
+    """Looks qname up the way any program in the pod would (getaddrinfo, so
+    through the pod's own /etc/resolv.conf), once, in a thread of its own so
+    that a resolver that never answers cannot hold the probe past timeout."""
+    r = {}
+    box = {}
+
+    def lookup():
+        t0 = time.monotonic()
+        try:
+            infos = socket.getaddrinfo(t["qname"], None, 0, socket.SOCK_STREAM)
+            box["addrs"] = sorted({i[4][0] for i in infos})
+        except Exception as e:  # noqa: BLE001 (every failure is evidence)
+            box["error"] = errstr(e)
+        box["ms"] = int((time.monotonic() - t0) * 1000)
+
+    th = threading.Thread(target=lookup, daemon=True)
+    th.start()
+    th.join(timeout)
+    if "ms" not in box:
+        r["error"] = "no answer within %d ms" % int(timeout * 1000)
+        r["lookup_ms"] = int(timeout * 1000)
+        return r
+    r["lookup_ms"] = box["ms"]
+    if box.get("addrs"):
+        r["reached"] = True
+        r["answered"] = True
+        r["addrs"] = box["addrs"]
+        r["detail"] = "resolved to %s in %d ms" % (",".join(box["addrs"]), box["ms"])
+    else:
+        r["error"] = box.get("error", "no address")
+        r["detail"] = "failed in %d ms: %s" % (box["ms"], r["error"])
+    return r
+
+
+def gateway6():
+    """The IPv6 default route's next hop (a link-local address, scoped to
+    its interface), from /proc/net/ipv6_route; None without one."""
+    try:
+        with open("/proc/net/ipv6_route") as f:
+            for line in f:
+                p = line.split()
+                if len(p) >= 10 and p[0] == "0" * 32 and p[1] == "00" and p[4] != "0" * 32:
+                    hop = ":".join(p[4][i:i + 4] for i in range(0, 32, 4))
+                    addr = socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, hop))
+                    return addr + ("%" + p[9] if addr.startswith("fe80") else "")
+    except OSError:
+        pass
+    return None
+
+
 def attempt_tcp(t, timeout):
     s = socket.create_connection((t["host"], t["port"]), timeout=timeout)
     s.close()
@@ -198,7 +249,8 @@ def attempt_http(t, timeout):
     return r
 
 
-ATTEMPT = {"http": attempt_http, "tcp": attempt_tcp, "dns-udp": attempt_dns_udp, "dns-tcp": attempt_dns_tcp}
+ATTEMPT = {"http": attempt_http, "tcp": attempt_tcp, "dns-udp": attempt_dns_udp, "dns-tcp": attempt_dns_tcp,
+           "resolve": attempt_resolve}
 SELF = own_ips()
 RESOLVERS = resolvers()
 
@@ -206,7 +258,7 @@ RESOLVERS = resolvers()
 def done(t, out):
     if not out["reached"]:
         return False
-    if t["kind"].startswith("dns"):
+    if t["kind"].startswith("dns") or t["kind"] == "resolve":
         return out["answered"] and (not t.get("token") or out["token"])
     if t.get("token"):
         return out["token"]
@@ -221,6 +273,13 @@ def run_target(t, out):
             out["error"] = "no nameserver in /etc/resolv.conf"
             return
         out["host"] = t["host"] = RESOLVERS[0]
+    if t["host"] == "@gw6":
+        gw = gateway6()
+        if not gw:
+            out["error"] = "no IPv6 default route"
+            out["skipped"] = "no IPv6 default route"
+            return
+        out["host"] = t["host"] = gw
     if t.get("skip_self") and t["host"] in SELF:
         out["skipped"] = "own address"
         return
@@ -231,7 +290,8 @@ def run_target(t, out):
         out["attempts"] += 1
         a0 = time.monotonic()
         try:
-            r = ATTEMPT[t["kind"]](t, max(0.2, min(float(t.get("attempt_s", 1.0)), deadline - a0)))
+            budget = deadline - a0 if t["kind"] == "resolve" else min(float(t.get("attempt_s", 1.0)), deadline - a0)
+            r = ATTEMPT[t["kind"]](t, max(0.2, budget))
         except Exception as e:  # noqa: BLE001 (every failure is evidence)
             r = {"error": errstr(e)}
         if r.get("error"):
@@ -241,14 +301,14 @@ def run_target(t, out):
             if r.get(k) and not out[k]:
                 out[k] = True
                 out[k + "_ms"] = int((time.monotonic() - start) * 1000)
-        for k in ("detail", "addrs", "rcode"):
+        for k in ("detail", "addrs", "rcode", "lookup_ms"):
             if k in r:
                 out[k] = r[k]
         # For DNS, the token is the address only our canary answers with.
-        if t["kind"].startswith("dns") and t.get("token") and t["token"] in r.get("addrs", []) and not out["token"]:
+        if (t["kind"].startswith("dns") or t["kind"] == "resolve") and t.get("token") and t["token"] in r.get("addrs", []) and not out["token"]:
             out["token"] = True
             out["token_ms"] = int((time.monotonic() - start) * 1000)
-        if done(t, out) or time.monotonic() + interval >= deadline:
+        if done(t, out) or t["kind"] == "resolve" or time.monotonic() + interval >= deadline:
             break
         time.sleep(interval)
     out["elapsed_ms"] = int((time.monotonic() - start) * 1000)

@@ -69,6 +69,8 @@ func TestProbeAgainstCanary(t *testing.T) {
 		{Name: "dnstcp", Kind: DNSTCP, Host: "127.0.0.1", Port: dnsPort, QName: "kubernetes.default.svc.cluster.local", Token: CanaryDNSAnswer, DeadlineS: 3},
 		{Name: "dns-wrong-answer", Kind: DNSUDP, Host: "127.0.0.1", Port: dnsPort, QName: "x.example", Token: "192.0.2.99", DeadlineS: 0.5},
 		{Name: "udp-closed", Kind: DNSUDP, Host: "127.0.0.1", Port: closed, QName: "x.example", DeadlineS: 0.6},
+		{Name: "resolve", Kind: Resolve, QName: "localhost", Token: "127.0.0.1", DeadlineS: 2},
+		{Name: "resolve-wrong-answer", Kind: Resolve, QName: "localhost", Token: "192.0.2.99", DeadlineS: 2},
 	}
 	probe := osexec.Command(py, "-")
 	probe.Stdin = strings.NewReader(Script(targets))
@@ -81,7 +83,7 @@ func TestProbeAgainstCanary(t *testing.T) {
 		t.Fatal(err)
 	}
 	byName := rep.Outcomes
-	for _, name := range []string{"http", "tcp", "udp", "dnstcp"} {
+	for _, name := range []string{"http", "tcp", "udp", "dnstcp", "resolve"} {
 		if !ControlOK(targets[idx(targets, name)], byName[name]) {
 			t.Errorf("%s: want reached, got %s", name, byName[name].Describe())
 		}
@@ -97,6 +99,12 @@ func TestProbeAgainstCanary(t *testing.T) {
 	}
 	if o := byName["dns-wrong-answer"]; ControlOK(targets[idx(targets, "dns-wrong-answer")], o) || o.Attempts < 2 {
 		t.Errorf("a DNS answer without the expected address counted: %s", o.Describe())
+	}
+	if o := byName["resolve"]; !o.Token || o.Attempts != 1 || !strings.Contains(o.Detail, "127.0.0.1") {
+		t.Errorf("resolve localhost: %s", o.Describe())
+	}
+	if o := byName["resolve-wrong-answer"]; ControlOK(targets[idx(targets, "resolve-wrong-answer")], o) {
+		t.Errorf("a lookup without the canary zone's answer counted: %s", o.Describe())
 	}
 	if got := byName["udp"].Addrs; len(got) != 1 || got[0] != CanaryDNSAnswer {
 		t.Errorf("udp answer %v, want [%s]", got, CanaryDNSAnswer)

@@ -31,7 +31,15 @@ const (
 	// DNSUDP and DNSTCP send an A query for QName and parse the reply.
 	DNSUDP Kind = "dns-udp"
 	DNSTCP Kind = "dns-tcp"
+	// Resolve looks QName up once through the probing pod's own resolver
+	// (getaddrinfo), as any program in it would; Token, when set, must be
+	// among the addresses for the answer to count as the canary zone's.
+	Resolve Kind = "resolve"
 )
+
+// Gateway6 as a Target's Host means the probing pod's IPv6 default gateway
+// (a link-local address on its interface).
+const Gateway6 = "@gw6"
 
 // ResolvConf as a Target's Host means the first nameserver of the probing
 // pod's /etc/resolv.conf.
@@ -94,6 +102,8 @@ type Outcome struct {
 	Detail    string         // status line, DNS rcode and addresses
 	Addrs     []string
 	RCode     int
+	// LookupMS is how long a Resolve lookup took to succeed or fail.
+	LookupMS int64
 }
 
 // Report is one probe run's answer.
@@ -144,6 +154,7 @@ func Parse(stdout string) (*Report, error) {
 			Error:     r.Get("error").String(),
 			Detail:    r.Get("detail").String(),
 			RCode:     int(r.Get("rcode").Int()),
+			LookupMS:  r.Get("lookup_ms").Int(),
 			Errors:    map[string]int{},
 		}
 		if o.Name == "" {
@@ -198,6 +209,12 @@ func (o *Outcome) Describe() string {
 	}
 	var b strings.Builder
 	switch {
+	case o.Kind == Resolve && o.Token:
+		fmt.Fprintf(&b, "resolved to the canary zone's own answer")
+	case o.Kind == Resolve && o.Answered:
+		fmt.Fprintf(&b, "resolved")
+	case o.Kind == Resolve:
+		fmt.Fprintf(&b, "not resolved")
 	case o.Token && (o.Kind == DNSUDP || o.Kind == DNSTCP):
 		fmt.Fprintf(&b, "reached in %d ms, the canary's own answer", o.ReachedMS)
 	case o.Token:

@@ -48,7 +48,7 @@ func ControlOK(t Target, o *Outcome) bool {
 		return false
 	}
 	switch t.Kind {
-	case DNSUDP, DNSTCP:
+	case DNSUDP, DNSTCP, Resolve:
 		if t.Token != "" {
 			return o.Answered && o.Token
 		}

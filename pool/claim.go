@@ -83,7 +83,10 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 			return nil, errShuttingDown
 		}
 		pod := p.takeLocked(time.Now())
-		if pod == nil && !waiting {
+		unsealed := p.sealErrorLocked()
+		if pod == nil && unsealed == nil && !waiting {
+			// One refused at once for the seal fault (below) does not wait,
+			// and so does not grow the target for pods that cannot be used.
 			waiting = true
 			p.waiting++
 		}
@@ -95,6 +98,10 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 		}
 		if pod != nil {
 			return pod, nil
+		}
+		if unsealed != nil {
+			// No pod will come: their runners see the network open.
+			return nil, unsealed
 		}
 		select {
 		case <-changed:

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,12 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 		log.Debug("claimed sandbox pod", "wait", time.Since(start))
 
 		res, err := p.runOn(ctx, pod, job, body)
+		if p.noteUnsealedRunner(err) {
+			log.Warn("runner refused the job: its network is not proven sealed; trying another pod", "err", err)
+			p.release(pod, "network not sealed")
+			lastErr = err
+			continue
+		}
 		var nd *notDelivered
 		if errors.As(err, &nd) {
 			p.m.unreachable.Inc()
@@ -77,6 +84,12 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 			log.Info("run failed", "err", err)
 		}
 		return res, err
+	}
+	p.mu.Lock()
+	unsealed := p.sealErrorLocked()
+	p.mu.Unlock()
+	if unsealed != nil {
+		return exec.Result{}, unsealed
 	}
 	return exec.Result{}, &api.Error{
 		Status: http.StatusBadGateway,
@@ -124,16 +137,23 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	}
 	defer resp.Body.Close()
 
+	var msg string
+	if resp.StatusCode != http.StatusOK {
+		msg = api.ErrorOf(resp)
+	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusServiceUnavailable && strings.HasPrefix(msg, api.NotSealed):
+		// The runner has no current proof that its egress is cut: nothing ran.
+		return exec.Result{}, &errUnsealedRunner{pod: pod.Name, msg: msg}
 	case resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable:
 		// The runner refused the job (already used, not ready): nothing ran.
-		return exec.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", api.ErrorOf(resp))}
+		return exec.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", msg)}
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return exec.Result{}, &api.Error{Status: resp.StatusCode, Msg: api.ErrorOf(resp)}
+		return exec.Result{}, &api.Error{Status: resp.StatusCode, Msg: msg}
 	default:
 		return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
-			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, api.ErrorOf(resp))}
+			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
 	}
 	var res exec.Result
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResultBytes)).Decode(&res); err != nil {

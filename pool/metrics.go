@@ -22,6 +22,7 @@ type metrics struct {
 	unreachable   prometheus.Counter
 	podDeaths     prometheus.Counter
 	createErrors  prometheus.Counter
+	unsealed      prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -84,11 +85,15 @@ func newMetrics() *metrics {
 			Name: "sandbox_pool_create_errors_total",
 			Help: "Failed attempts to create a sandbox pod.",
 		}),
+		unsealed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbox_pool_unsealed_pods",
+			Help: "Sandbox pods whose runner reports its network not sealed (its egress reachable: NetworkPolicy not enforced): none is used, and requests get 503 while no other pod is Ready.",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ready, m.target, m.floor, m.max, m.targetChanges, m.claimRate, m.startEstimate, m.recordErrors, m.claimWait, m.podStartup, m.orphans, m.unreachable, m.podDeaths, m.createErrors}
+	return []prometheus.Collector{m.ready, m.target, m.floor, m.max, m.targetChanges, m.claimRate, m.startEstimate, m.recordErrors, m.claimWait, m.podStartup, m.orphans, m.unreachable, m.podDeaths, m.createErrors, m.unsealed}
 }
 
 // RegisterMetrics adds the pool's metrics to reg; the server calls it with

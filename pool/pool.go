@@ -127,6 +127,10 @@ type Pool struct {
 	changed       chan struct{}        // closed and replaced on every pod event
 	closing       bool                 // shutdown began: no new claims
 	empty         bool                 // no warm pod at the last event: logged on each change
+	unsealed      *sealFault           // the pods' runners cannot prove their seal (see seal.go)
+	lastProof     time.Time            // when a new pod last became Ready: proved its seal
+	sealGrace     time.Duration        // sealGrace; tests shorten it
+	sealEvery     time.Duration        // sealCheckEvery; tests shorten it
 	inflight      sync.WaitGroup       // executions under way
 	bg            sync.WaitGroup       // deletes off the request path
 }
@@ -207,6 +211,8 @@ func New(o Options) (*Pool, error) {
 		unschedulable: map[string]bool{},
 		changed:       make(chan struct{}),
 		empty:         true, // nothing to report until the first pod is Ready
+		sealGrace:     sealGrace,
+		sealEvery:     sealCheckEvery,
 	}
 	if p.http == nil {
 		p.http = newPodClient(o.Dialer)
@@ -261,17 +267,15 @@ func (p *Pool) Run(ctx context.Context) error {
 	close(p.started)
 
 	loopCtx, stopLoop := context.WithCancel(context.Background())
-	loopDone := make(chan struct{})
-	go func() {
-		defer close(loopDone)
-		p.reconcileLoop(loopCtx)
-	}()
+	var loops sync.WaitGroup
+	loops.Go(func() { p.reconcileLoop(loopCtx) })
+	loops.Go(func() { p.sealLoop(loopCtx) })
 	p.poke()
 
 	<-ctx.Done()
 	p.beginShutdown()
 	stopLoop()
-	<-loopDone // no create can start after this
+	loops.Wait() // no create can start after this
 	p.shutdown()
 	return nil
 }
@@ -360,12 +364,17 @@ func (p *Pool) onPod(obj any, deleted bool) {
 	} else {
 		p.exp.observed(pod.Name)
 		if at, ok := p.createdAt[pod.Name]; ok && kube.IsReady(pod) {
+			p.clearSealFaultLocked() // a new pod proved its egress cut
+			p.lastProof = time.Now()
 			delete(p.createdAt, pod.Name)
 			took := time.Since(at)
 			p.m.podStartup.Observe(took.Seconds())
 			p.targeter.started(took)
 			p.m.startEstimate.Set(p.targeter.start)
 			p.log.Debug("pod ready", "pod", pod.Name, "startup", took)
+		}
+		if _, used := p.inUse[pod.Name]; !used {
+			p.noteGaveUpLocked(pod)
 		}
 		if msg := kube.Unschedulable(pod); msg != "" && !p.unschedulable[pod.Name] {
 			p.unschedulable[pod.Name] = true

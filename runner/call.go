@@ -153,6 +153,9 @@ func pyString(s string) string {
 
 // call serves the one POST /v1/call of a tool pod.
 func (s *Server) call(w http.ResponseWriter, r *http.Request) {
+	if s.unsealed(w) {
+		return
+	}
 	if !s.taken.CompareAndSwap(false, true) {
 		api.WriteError(w, http.StatusConflict, "this runner has already taken its one call; send the next call to a fresh pod")
 		return

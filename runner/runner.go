@@ -5,7 +5,8 @@
 // The snippet's python3 is started with the runner (exec.Prestart) and waits,
 // its limits applied, for the job, so that a job does not pay for the
 // interpreter's start. The runner is ready (GET /readyz) once the interpreter
-// waits. One that ends before a job, or is not waiting within ReadyTimeout,
+// waits and, in a cluster, the pod's seal is proven (Options.SealTargets). An
+// interpreter that ends before a job, or is not waiting within ReadyTimeout,
 // ends the runner with an error, so that the pod fails and is replaced; a job
 // that meets such an interpreter is refused with 503 and nothing of it runs.
 package runner
@@ -24,6 +25,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/seal"
 )
 
 // Options configure a Server.
@@ -53,6 +55,23 @@ type Options struct {
 	// ReadyTimeout bounds the start of the snippet's interpreter; 0 means
 	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+
+	// SealTargets are addresses the pod must not reach. With any, the
+	// runner is Ready, and takes its job, only while it has proven (at most
+	// seal.MaxAge ago) that every one of them is cut: refused, unreachable
+	// or silent (see package seal). Without any there is nothing to prove
+	// (outside a cluster) and it is Ready at once.
+	SealTargets []seal.Target
+	// Resolver, when set, is the address the runner answers DNS on
+	// (seal.ResolverAddr in a sealed pod): bound in New, before anything
+	// can run in the pod, and closed when Run returns.
+	Resolver string
+	// GiveUp is how long the runner waits unproven before it ends with the
+	// evidence; 0 means seal.GiveUp.
+	GiveUp time.Duration
+	// UnsafeUnprovenReady reports Ready and takes the job without the
+	// proof (weaken.UnprovenReady); never in a real deployment.
+	UnsafeUnprovenReady bool
 }
 
 // DefaultReadyTimeout: python3 waits for its job tens of milliseconds after
@@ -67,13 +86,16 @@ const shutdownTimeout = 5 * time.Second
 
 // Server is a one-shot runner. Make it with New, then call Run once.
 type Server struct {
-	opts   Options
-	ln     net.Listener
-	srv    *http.Server
-	interp *exec.Interp  // the job's python3, set by Run before it serves; nil for a tool call
-	taken  atomic.Bool   // set when a job is accepted; never cleared after it ran
-	done   chan struct{} // closed after the job's answer is written
-	once   sync.Once
+	opts     Options
+	ln       net.Listener
+	guard    *seal.Guard    // nil: nothing to prove
+	resolver *seal.Resolver // nil: the pod's DNS is not ours
+	given    error          // set when the runner gave up unproven
+	srv      *http.Server
+	interp   *exec.Interp  // the job's python3, set by Run before it serves; nil for a tool call
+	taken    atomic.Bool   // set when a job is accepted; never cleared after it ran
+	done     chan struct{} // closed after the job's answer is written
+	once     sync.Once
 }
 
 // New binds the listener, so that the address is known (and the port taken)
@@ -98,6 +120,9 @@ func New(opts Options) (*Server, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
 	}
+	if opts.GiveUp <= 0 {
+		opts.GiveUp = seal.GiveUp
+	}
 	pidsMax := exec.PidsLimit()
 	if p := opts.PodPidsLimit; p > 0 && (pidsMax == 0 || p < pidsMax) {
 		pidsMax = p
@@ -109,23 +134,41 @@ func New(opts Options) (*Server, error) {
 	opts.Exec.MaxProcs = procs
 	opts.Exec.Nice = snippetNice
 	opts.Logger.Info("process budget", "pids_max", pidsMax, "snippet_max_procs", procs, "runner_reserve", int64(runnerReserve))
-	ln, err := net.Listen("tcp", opts.Listen)
+	s := &Server{opts: opts, done: make(chan struct{})}
+	if opts.Resolver != "" {
+		// Before the runner's own port: the pod is not Ready, and so runs
+		// nothing, until both are bound.
+		if s.resolver, err = seal.ListenResolver(opts.Resolver); err != nil {
+			return nil, fmt.Errorf("runner: %w", err)
+		}
+	}
+	if len(opts.SealTargets) > 0 {
+		s.guard = seal.NewGuard(seal.Prover{Targets: opts.SealTargets}, func(c seal.Check) {
+			if c.Sealed {
+				opts.Logger.Info("network sealed: every target is cut", "evidence", c.Evidence())
+			} else {
+				opts.Logger.Warn(api.NotSealed+": not Ready, no job taken until it is", "evidence", c.Evidence())
+			}
+		})
+	}
+	s.ln, err = net.Listen("tcp", opts.Listen)
 	if err != nil {
+		s.closeResolver()
 		return nil, fmt.Errorf("runner: %w", err)
 	}
-	s := &Server{opts: opts, ln: ln, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /seal", s.sealState)
 	if opts.Call {
 		mux.HandleFunc("POST /v1/call", s.call)
 	} else {
 		mux.HandleFunc("POST /v1/execute", s.execute)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		api.WriteError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s: the runner serves POST /v1/execute, GET /healthz and GET /readyz", r.Method, r.URL.Path))
+		api.WriteError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s: the runner serves POST /v1/execute, GET /healthz, GET /readyz and GET /seal", r.Method, r.URL.Path))
 	})
 	s.srv = &http.Server{
 		Handler:           methodNotAllowed(mux),
@@ -137,11 +180,19 @@ func New(opts Options) (*Server, error) {
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
+// ResolverAddr is the address the runner answers DNS on, "" without one.
+func (s *Server) ResolverAddr() string {
+	if s.resolver == nil {
+		return ""
+	}
+	return s.resolver.Addr()
+}
+
 // Run starts the job's interpreter and serves until the job has been
 // answered, then shuts down and returns nil. When ctx ends first, or the
-// interpreter ends before a job or does not get ready in time, it shuts down
-// and returns why; a job still running is killed through its request's
-// context.
+// interpreter ends before a job or does not get ready in time, or the seal
+// goes unproven for GiveUp, it shuts down and returns why; a job still
+// running is killed through its request's context.
 func (s *Server) Run(ctx context.Context) error {
 	var ready, lost <-chan struct{}
 	var notReady <-chan time.Time
@@ -149,6 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 		p, err := exec.Prestart(s.opts.Exec)
 		if err != nil {
 			s.ln.Close()
+			s.closeResolver()
 			return fmt.Errorf("runner: %w", err)
 		}
 		// After the shutdown: a job's run owns the interpreter until then.
@@ -160,10 +212,30 @@ func (s *Server) Run(ctx context.Context) error {
 		notReady = t.C
 	}
 	started := time.Now()
+	// The proof and the resolver live as long as the server: the resolver
+	// still answers the snippet's lookups while its job runs.
+	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	defer func() {
+		stopBg()
+		bg.Wait()
+	}()
+	if s.guard != nil {
+		bg.Go(func() { s.guard.Run(bgCtx) })
+	}
+	if s.resolver != nil {
+		bg.Go(func() {
+			if err := s.resolver.Serve(bgCtx); err != nil {
+				s.opts.Logger.Error("resolver stopped", "error", err)
+			}
+		})
+	}
 	served := make(chan error, 1)
 	go func() { served <- s.srv.Serve(s.ln) }() // owned: received below on every path
 
 	var cause error
+	giveUp := time.NewTicker(time.Second)
+	defer giveUp.Stop()
 wait:
 	for {
 		select {
@@ -189,6 +261,10 @@ wait:
 				cause = err
 				break wait
 			}
+		case <-giveUp.C:
+			if s.gaveUp() != nil {
+				break wait
+			}
 		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
@@ -198,6 +274,9 @@ wait:
 		s.srv.Close()
 	}
 	<-served // http.ErrServerClosed
+	if s.given != nil {
+		return s.given
+	}
 	if cause != nil {
 		s.opts.Logger.Error("runner stopped before a job was answered", "error", cause)
 		return fmt.Errorf("runner: stopped before a job was answered: %w", cause)
@@ -208,10 +287,23 @@ wait:
 	return nil
 }
 
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	switch {
-	case s.taken.Load():
+// readyz is the kubelet's readiness probe: Ready once the seal is proven
+// (see Options.SealTargets) and the job's python3 waits. A probe that
+// arrives before the proof is held up to seal.ReadyWait, so that a proof
+// landing between two probes counts at once; the interpreter, which waits
+// after tens of milliseconds, is asked after that hold.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.taken.Load() {
 		api.WriteError(w, http.StatusServiceUnavailable, "this runner has taken its job")
+		return
+	}
+	if s.guard != nil && !s.opts.UnsafeUnprovenReady {
+		if c, ok := s.guard.Wait(r.Context(), seal.ReadyWait); !ok {
+			api.WriteError(w, http.StatusServiceUnavailable, notSealed(c))
+			return
+		}
+	}
+	switch {
 	case s.interp != nil && isClosed(s.interp.Lost()):
 		api.WriteError(w, http.StatusServiceUnavailable, "python3 ended before a job; this runner takes none")
 	case s.interp != nil && !isClosed(s.interp.Ready()):
@@ -230,7 +322,59 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
+func (s *Server) sealState(w http.ResponseWriter, _ *http.Request) {
+	if s.guard == nil {
+		api.WriteJSON(w, http.StatusOK, api.SealState{Sealed: true, Checked: true, Evidence: "nothing to prove: no seal target"})
+		return
+	}
+	c, ok := s.guard.Last()
+	api.WriteJSON(w, http.StatusOK, api.SealState{Sealed: ok && s.guard.Sealed(time.Now()), Checked: ok, CheckedAt: c.At, Evidence: c.Evidence()})
+}
+
+// unsealed answers a job that arrived without a current proof, and reports
+// whether it did: nothing runs on a network not proven sealed.
+func (s *Server) unsealed(w http.ResponseWriter) bool {
+	if s.guard == nil || s.opts.UnsafeUnprovenReady || s.guard.Sealed(time.Now()) {
+		return false
+	}
+	c, _ := s.guard.Last()
+	api.WriteError(w, http.StatusServiceUnavailable, notSealed(c))
+	return true
+}
+
+func notSealed(c seal.Check) string {
+	if c.At.IsZero() {
+		return api.NotSealed + ": not proven yet"
+	}
+	return fmt.Sprintf("%s: %s (checked %s ago)", api.NotSealed, c.Evidence(), time.Since(c.At).Round(time.Millisecond))
+}
+
+// gaveUp ends a runner that has gone unproven for seal.GiveUp without a
+// job: its error, the evidence, becomes the pod's termination message
+// (the pod's FallbackToLogsOnError), where serve reads why.
+func (s *Server) gaveUp() error {
+	if s.guard == nil || s.opts.UnsafeUnprovenReady || s.taken.Load() || s.guard.UnprovenFor(time.Now()) < s.opts.GiveUp {
+		return nil
+	}
+	// Refuse a job that would race the shutdown: one is never taken unsealed.
+	if !s.taken.CompareAndSwap(false, true) {
+		return nil
+	}
+	c, _ := s.guard.Last()
+	s.given = fmt.Errorf("runner: gave up after %s: %s", s.opts.GiveUp, notSealed(c))
+	return s.given
+}
+
+func (s *Server) closeResolver() {
+	if s.resolver != nil {
+		s.resolver.Close()
+	}
+}
+
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	if s.unsealed(w) {
+		return
+	}
 	if !s.taken.CompareAndSwap(false, true) {
 		api.WriteError(w, http.StatusConflict, "this runner has already taken its one job; send the next job to a fresh sandbox")
 		return
@@ -290,7 +434,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 func methodNotAllowed(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/healthz", "/readyz":
+		case "/healthz", "/readyz", "/seal":
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use GET", r.Method, r.URL.Path))
 				return

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -156,6 +157,11 @@ func judgeStart(p *corev1.Pod) (bool, *corev1.Pod, error) {
 	switch {
 	case kube.IsReady(p):
 		return true, p, nil
+	case kube.IsFinished(p) && strings.Contains(kube.RunnerMessage(p), api.NotSealed):
+		// The runner gave up unproven (see seal.GiveUp): its last words say why.
+		msg := kube.RunnerMessage(p)
+		msg = strings.TrimSpace(msg[strings.LastIndex(msg, api.NotSealed)+len(api.NotSealed):])
+		return true, nil, api.NotSealedError(fmt.Sprintf("tool pod %s could not prove its egress cut, so the call did not run (is NetworkPolicy enforced in this cluster?)%s", p.Name, msg))
 	case kube.IsFinished(p) || p.DeletionTimestamp != nil:
 		return true, nil, &api.Error{Status: http.StatusBadGateway,
 			Msg: fmt.Sprintf("tool pod %s failed before it was Ready: %s", p.Name, kube.ToolWaiting(p))}
@@ -171,10 +177,33 @@ func (c *Caller) notReady(wctx, ctx context.Context, name string, last *corev1.P
 	what := "its creation to be seen"
 	if last != nil {
 		what = kube.ToolWaiting(last)
+		if err := c.unsealed(last); err != nil {
+			return err
+		}
 	}
 	return &api.Error{Status: http.StatusGatewayTimeout,
 		Msg: fmt.Sprintf("tool pod %s was not Ready within %s (scheduling and image pull), waiting for: %s; the pod is deleted",
 			name, c.opts.ReadyTimeout, what)}
+}
+
+// unsealed asks the runner of a pod that is running but not Ready why: a
+// runner that sees the network open (the tool pod policies not enforced)
+// never becomes Ready, and the call gets the 503 that says so instead of a
+// timeout that blames the image pull. nil when that is not the reason.
+func (c *Caller) unsealed(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := api.ReadSealState(ctx, c.http, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(c.opts.Pod.RunnerPort))))
+	if err != nil || st.Sealed || !st.Checked {
+		return nil
+	}
+	c.log.Error(api.NotSealed+": a tool pod could not prove its egress cut; is NetworkPolicy enforced in this cluster, and its engine running?",
+		"pod", p.Name, "evidence", st.Evidence)
+	return api.NotSealedError(fmt.Sprintf("tool pod %s could not prove its egress cut within %s, so the call did not run (is NetworkPolicy enforced in this cluster?): %s; the pod is deleted",
+		p.Name, c.opts.ReadyTimeout, st.Evidence))
 }
 
 // send posts the call to the pod's runner and reads its answer.
@@ -200,13 +229,20 @@ func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (api.
 		return c.verdict(pod.Name, start, err)
 	}
 	defer resp.Body.Close()
+	var msg string
+	if resp.StatusCode != http.StatusOK {
+		msg = api.ErrorOf(resp)
+	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusServiceUnavailable && strings.HasPrefix(msg, api.NotSealed):
+		// The runner lost its proof after it was Ready: nothing ran.
+		return api.CallResult{}, api.NotSealedError(fmt.Sprintf("tool pod %s: %s", pod.Name, strings.TrimPrefix(strings.TrimPrefix(msg, api.NotSealed), ": ")))
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return api.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: api.ErrorOf(resp)}
+		return api.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: msg}
 	default:
 		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway,
-			Msg: fmt.Sprintf("tool pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, api.ErrorOf(resp))}
+			Msg: fmt.Sprintf("tool pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {

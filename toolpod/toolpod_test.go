@@ -249,3 +249,44 @@ func TestSlotsBoundConcurrentCalls(t *testing.T) {
 		t.Errorf("a waiting call created %d pods", n)
 	}
 }
+
+// TestCallUnsealedIs503: a tool pod that runs but never proves its egress
+// cut (the tool policies not enforced) ends the call with the 503 that says
+// so and why, not a 504 about scheduling; the control is the image pull
+// back-off above, still a 504.
+func TestCallUnsealedIs503(t *testing.T) {
+	unproven := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP = "127.0.0.1"
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	}
+	e := newEnv(t, unproven, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/seal" {
+			api.WriteJSON(w, http.StatusOK, api.SealState{Checked: true, Evidence: "tcp 10.96.0.1:443 connected in 1 ms"})
+			return
+		}
+		t.Errorf("the runner got %s %s before it was Ready", r.Method, r.URL.Path)
+	}, 300*time.Millisecond)
+	_, err := e.caller.Call(t.Context(), testCall(t, "agent:dev"))
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.HasPrefix(ae.Msg, api.NotSealed) ||
+		!strings.Contains(ae.Msg, "10.96.0.1:443 connected") {
+		t.Fatalf("err %v, want 503 %q naming the evidence", err, api.NotSealed)
+	}
+	if n := e.podCount(t); n != 0 {
+		t.Errorf("%d pods left", n)
+	}
+}
+
+// TestCallRunnerUnsealedIs503: a runner that lost its proof after it was
+// Ready refuses the call; the caller says why, as a 503, not a 502.
+func TestCallRunnerUnsealedIs503(t *testing.T) {
+	e := newEnv(t, ready, func(w http.ResponseWriter, r *http.Request) {
+		api.WriteError(w, http.StatusServiceUnavailable, api.NotSealed+": tcp 10.96.0.1:443 connected in 1 ms (checked 3ms ago)")
+	}, 5*time.Second)
+	_, err := e.caller.Call(t.Context(), testCall(t, "agent:dev"))
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.HasPrefix(ae.Msg, api.NotSealed) {
+		t.Fatalf("err %v, want 503 %q", err, api.NotSealed)
+	}
+}

@@ -41,7 +41,7 @@ func TestFixturesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	targets, notes := e.networkTargets(ctx, fx)
+	targets, notes := e.networkTargets(ctx, fx, e.snippetDNS(ctx))
 	t.Logf("notes: %v", notes)
 	var ctl []netsec.Target
 	for _, tg := range targets {

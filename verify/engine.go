@@ -42,6 +42,16 @@ type Options struct {
 	PrivateAddrs []string
 	// ClusterDomain builds the DNS name the sandbox must resolve.
 	ClusterDomain string
+	// DNSCanaryZone is a zone whose server, outside the cluster, the
+	// cluster DNS forwards to and which answers every name in it with
+	// DNSCanaryAnswer (the e2e cluster's exfil.sandbox.test): the lookup of
+	// a fresh name in it shows whether a snippet's query leaves. "" looks
+	// up a name in a reserved zone instead, judged by the sandbox alone.
+	DNSCanaryZone   string
+	DNSCanaryAnswer string
+	// MetadataAddr6 is the metadata service's IPv6 address (host:port),
+	// probed where the cluster has IPv6.
+	MetadataAddr6 string
 	// RuntimeClass is the runtimeClassName snippet pods must carry; "" means
 	// none is configured.
 	RuntimeClass string

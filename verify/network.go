@@ -38,6 +38,9 @@ type netTarget struct {
 	probe    string
 	allowed  bool // the sandbox must reach it (cluster DNS)
 	viaServe bool // the control for it is the serve pod (ingress to snippet pods admits only serve)
+	// controlDeadlineS, when set, shortens the control's attempts: for
+	// targets that mostly listen nowhere (node ports).
+	controlDeadlineS float64
 }
 
 // netRun is the network step's raw material, kept for the caveats.
@@ -47,6 +50,10 @@ type netRun struct {
 	sandbox *netsec.Report
 	sbErr   error
 	ctlNote []string
+	// The DNS exfiltration lookup, judged apart (judgeExfil).
+	mode     dnsMode
+	exfil    netTarget
+	withZone bool
 }
 
 // checkNetwork is probes 12-15: every target first from the controls, then
@@ -56,8 +63,23 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	if err != nil {
 		return []Result{result("network/fixtures", "12", Inconclusive, "canary and control pods not ready, no network verdict possible: %v", err)}
 	}
-	targets, missing := e.networkTargets(ctx, fx)
-	run := &netRun{targets: targets, control: map[string]*netsec.Outcome{}}
+	// 28: a copy of a live pod where no policy applies, watched while the
+	// rest of the step runs.
+	sc := e.startSealCopy(ctx, fx.Namespace)
+	mode := e.snippetDNS(ctx)
+	targets, missing := e.networkTargets(ctx, fx, mode)
+	var extra []Result
+	for _, more := range []func(context.Context) ([]netTarget, []missingTarget){e.servePodTargets, e.nodePortTargets} {
+		ts, miss := more(ctx)
+		targets, missing = append(targets, ts...), append(missing, miss...)
+	}
+	if ts, r := e.ipv6Targets(ctx); r != nil {
+		extra = append(extra, *r)
+	} else {
+		targets = append(targets, ts...)
+	}
+	run := &netRun{targets: targets, control: map[string]*netsec.Outcome{}, mode: mode,
+		exfil: e.exfilTarget(randomHex(8)), withZone: e.opts.DNSCanaryZone != ""}
 	e.network = run
 
 	// 12: the control pod, for every target outside the sandbox namespace.
@@ -65,7 +87,16 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	for _, t := range targets {
 		c := t.Target
 		c.DeadlineS, c.IntervalS, c.SkipSelf = controlDeadlineS, 0.5, false
+		if t.controlDeadlineS > 0 {
+			c.DeadlineS = t.controlDeadlineS
+		}
 		ctl = append(ctl, c)
+	}
+	if run.withZone {
+		x := run.exfil.Target
+		x.QName = "control-" + x.QName // a name of its own: the sandbox's must be fresh
+		x.DeadlineS = allowedDeadlineS
+		ctl = append(ctl, x)
 	}
 	e.progress("    control pod %s/%s probes %d targets", fx.Namespace, fx.ControlPod, len(ctl))
 	res, err := podExec(ctx, e.cfg, e.cs, fx.Namespace, fx.ControlPod, fx.ControlName, []string{"python3", "-"}, netsec.Script(ctl))
@@ -94,7 +125,7 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 		targets = run.targets
 	}
 
-	// 13-15: the sandbox.
+	// 13-15, 27: the sandbox.
 	var sb []netsec.Target
 	for _, t := range targets {
 		s := t.Target
@@ -103,6 +134,11 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 			s.DeadlineS = allowedDeadlineS
 		}
 		sb = append(sb, s)
+	}
+	if mode.sealed || run.withZone {
+		x := run.exfil.Target
+		x.DeadlineS = allowedDeadlineS
+		sb = append(sb, x)
 	}
 	e.progress("    a sandbox probes %d targets", len(sb))
 	a, err := e.execute(ctx, netsec.Script(sb), 30)
@@ -117,6 +153,10 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	}
 	run.sbErr = err
 	out := judgeNetwork(run)
+	out = append(out, judgeExfil(run, mode, run.exfil, run.withZone))
+	out = append(out, extra...)
+	apiCtl := run.control["network/apiserver-service"]
+	out = append(out, e.judgeSealCopy(ctx, fx, sc, apiCtl != nil && apiCtl.Reached, apiCtl.Describe()))
 	// A target that could not be found is reported, never left out.
 	for _, m := range missing {
 		out = append(out, result(m.check, "13", Inconclusive, "not probed: %s", m.why))
@@ -218,7 +258,7 @@ func judgeBlockedGroup(name, probe string, ts []netTarget, run *netRun, evidence
 
 // networkTargets discovers the addresses; what cannot be found becomes a
 // note, and the check for it is missing from the report rather than passed.
-func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []missingTarget) {
+func (e *env) networkTargets(ctx context.Context, fx *fixtures, mode dnsMode) ([]netTarget, []missingTarget) {
 	var ts []netTarget
 	var missing []missingTarget
 	miss := func(check, format string, args ...any) {
@@ -294,8 +334,21 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures) ([]netTarget, []
 	if svcs, err := e.cs.CoreV1().Services("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"}); err == nil && len(svcs.Items) > 0 {
 		dnsHost = svcs.Items[0].Spec.ClusterIP
 	}
-	add("network/dns-cluster-udp", "14", true, netsec.Target{Kind: netsec.DNSUDP, Host: dnsHost, Port: 53, QName: qname})
-	add("network/dns-cluster-tcp", "14", true, netsec.Target{Kind: netsec.DNSTCP, Host: dnsHost, Port: 53, QName: qname})
+	// Cluster mode: the sandbox must resolve through the cluster DNS.
+	// Sealed: it must not reach it at all, while the control does; its own
+	// resolv.conf names its runner, so the address must be the Service's.
+	switch {
+	case !mode.sealed:
+		add("network/dns-cluster-udp", "14", true, netsec.Target{Kind: netsec.DNSUDP, Host: dnsHost, Port: 53, QName: qname})
+		add("network/dns-cluster-tcp", "14", true, netsec.Target{Kind: netsec.DNSTCP, Host: dnsHost, Port: 53, QName: qname})
+	case dnsHost != netsec.ResolvConf:
+		add("network/dns-cluster-udp", "14", false, netsec.Target{Kind: netsec.DNSUDP, Host: dnsHost, Port: 53, QName: qname})
+		add("network/dns-cluster-tcp", "14", false, netsec.Target{Kind: netsec.DNSTCP, Host: dnsHost, Port: 53, QName: qname})
+	default:
+		for _, c := range []string{"network/dns-cluster-udp", "network/dns-cluster-tcp"} {
+			miss(c, "no kube-dns Service in kube-system: the cluster DNS address of a sealed pod is unknown")
+		}
+	}
 	add("network/dns-other-resolver-pod-udp", "15", false, netsec.Target{Kind: netsec.DNSUDP, Host: fx.CanaryIP, Port: netsec.CanaryDNSPort, QName: qname, Token: netsec.CanaryDNSAnswer})
 	add("network/dns-other-resolver-pod-tcp", "15", false, netsec.Target{Kind: netsec.DNSTCP, Host: fx.CanaryIP, Port: netsec.CanaryDNSPort, QName: qname, Token: netsec.CanaryDNSAnswer})
 	add("network/dns-other-resolver-service-udp", "15", false, netsec.Target{Kind: netsec.DNSUDP, Host: fx.ServiceIP, Port: netsec.CanaryDNSPort, QName: qname, Token: netsec.CanaryDNSAnswer})

@@ -31,6 +31,11 @@ const (
 	// token mounted (the namespace must be relaxed to admit them):
 	// toolcalls/non-root and toolcalls/no-credentials must fail.
 	ToolRootToken Name = "tool-root-token"
+	// UnprovenReady makes the pods' runner report Ready, and take its job,
+	// without proving its egress cut: on a cluster whose NetworkPolicies are
+	// gone, pods then run snippets on an open network, and verify's network
+	// checks must fail. serve hands it to the pods' runner.
+	UnprovenReady Name = "unproven-ready"
 )
 
 // all is the closed set, in the order help and errors list it; runner says
@@ -43,6 +48,7 @@ var all = []struct {
 	{KillLeaderOnly, true},
 	{NeverReady, false},
 	{ToolRootToken, false},
+	{UnprovenReady, true},
 }
 
 // Set is the weakenings in force; the zero Set is a safe deployment.

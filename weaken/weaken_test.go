@@ -19,6 +19,8 @@ func TestParse(t *testing.T) {
 			want: []string{"root-token", "kill-leader-only", "never-ready"}, wantRu: []string{"kill-leader-only"}},
 		{name: "runner takes its own", names: []string{"kill-leader-only"}, runner: true,
 			want: []string{"kill-leader-only"}, wantRu: []string{"kill-leader-only"}},
+		{name: "runner takes unproven-ready", names: []string{"unproven-ready", "kill-leader-only"}, runner: true,
+			want: []string{"kill-leader-only", "unproven-ready"}, wantRu: []string{"kill-leader-only", "unproven-ready"}},
 		{name: "runner refuses a pod's", names: []string{"root-token"}, runner: true, err: true},
 		{name: "unknown", names: []string{"everything"}, err: true},
 		{name: "no free text", names: []string{"--listen=:8081"}, err: true},

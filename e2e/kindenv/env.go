@@ -195,7 +195,8 @@ func (e *Env) Down(ctx context.Context) error {
 		if ok, _ := c.Exists(); ok {
 			node, _ = c.ControlPlane()
 		}
-		serr := errors.Join(e.Standins.Down(ctx, node), privateStandinsDown(ctx, node))
+		// The DNS canary first: it sits on the internet stand-in's network.
+		serr := errors.Join(dnsCanaryDown(ctx), e.Standins.Down(ctx, node), privateStandinsDown(ctx, node))
 		if err := c.Delete(); err != nil {
 			return err
 		}
@@ -211,5 +212,7 @@ func (e *Env) Vars() map[string]string {
 		"SANDBOX_E2E_METADATA_ADDR": e.Standins.Metadata.IP + ":80",
 		"SANDBOX_E2E_INTERNET_ADDR": e.Standins.Internet.IP + ":80",
 		"SANDBOX_E2E_KUBECONFIG":    e.Kubeconfig,
+		"SANDBOX_E2E_DNS_ZONE":      DNSCanaryZone,
+		"SANDBOX_E2E_DNS_ANSWER":    DNSCanaryIP,
 	}
 }

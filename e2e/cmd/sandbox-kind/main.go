@@ -56,6 +56,7 @@ func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 		env.AgentImageUp,
 		env.StandinsUp,
 		env.PrivateStandinsUp,
+		env.DNSCanaryUp,
 	} {
 		if err := phase(ctx); err != nil {
 			return err
@@ -87,6 +88,7 @@ Cluster %q is up (node image %s).
   kubeconfig:   %s   (also merged into your default kubeconfig as context kind-%s)
   kubectl:      %s
   stand-ins:    metadata %s (network %s), internet %s (network %s); body contains %q
+  DNS canary:   zone %s at %s, forwarded to by CoreDNS; its log: docker logs sandbox-e2e-dns-canary
 
 Reach the service:
   %s --kubeconfig %s -n %s port-forward svc/%s 8080:80 &
@@ -98,6 +100,7 @@ For tools and tests (sandbox verify, the e2e suite with SANDBOX_E2E_REUSE=1):
 %s`, env.Name, env.NodeImage, env.Kubeconfig, env.Name, k,
 		env.Standins.Metadata.URL(), env.Standins.Metadata.Network,
 		env.Standins.Internet.URL(), env.Standins.Internet.Network, kindenv.CanaryToken,
+		kindenv.DNSCanaryZone, kindenv.DNSCanaryIP,
 		k, env.Kubeconfig, kindenv.Namespace, kindenv.Deployment, exports(env))
 }
 
