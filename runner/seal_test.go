@@ -18,16 +18,8 @@ import (
 // a free loopback port.
 func startSealed(t *testing.T, target string, unproven bool) (*Server, string, <-chan error) {
 	t.Helper()
-	s, err := New(Options{Listen: "127.0.0.1:0", SandboxID: "pod-1", MaxTimeout: 30 * time.Second,
-		Exec:        exec.Options{Dir: t.TempDir()},
-		SealTargets: []seal.Target{{Kind: seal.TCP, Addr: target}}, Resolver: "127.0.0.1:0",
+	return startWith(t, Options{SealTargets: []seal.Target{{Kind: seal.TCP, Addr: target}}, Resolver: "127.0.0.1:0",
 		UnsafeUnprovenReady: unproven})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan error, 1)
-	go func() { ran <- s.Run(t.Context()) }()
-	return s, "http://" + s.Addr().String(), ran
 }
 
 // TestNotReadyOnAnOpenNetwork: while the target answers (the positive
@@ -88,13 +80,25 @@ func TestUnprovenReadyWeakening(t *testing.T) {
 	}
 	defer open.Close()
 	_, url, ran := startSealed(t, open.Addr().String(), true)
-	if code, body := do(t, "GET", url+"/readyz", ""); code != 200 {
-		t.Fatalf("weakened readyz: %d %s", code, body)
-	}
+	waitReady(t, url) // its python3 waits: the one thing it still waits for
 	if code, body := do(t, "POST", url+"/v1/execute", `{"code": "print(1)"}`); code != 200 {
 		t.Fatalf("weakened job: %d %s", code, body)
 	}
 	<-ran
+}
+
+// TestSealedNotReadyUntilPythonWaits: a proven seal alone does not make the
+// runner Ready; its python3 must wait for the job too.
+func TestSealedNotReadyUntilPythonWaits(t *testing.T) {
+	python := fakePython(t, "exec sleep 300\n")
+	_, url, ran := startWith(t, Options{Exec: exec.Options{Python: python}, ReadyTimeout: 1500 * time.Millisecond,
+		SealTargets: []seal.Target{{Kind: seal.TCP, Addr: closedAddr(t)}}})
+	if code, body := do(t, "GET", url+"/readyz", ""); code != 503 || !strings.Contains(body, "starting") {
+		t.Errorf("readyz, sealed, python3 not waiting: %d %s, want 503 saying python3 is starting", code, body)
+	}
+	if err := runErr(t, ran); err == nil || !strings.Contains(err.Error(), "not waiting for the job") {
+		t.Errorf("Run = %v, want the wait named", err)
+	}
 }
 
 // TestRunnerResolver: the runner answers DNS while it waits and while its
