@@ -79,6 +79,9 @@ func TestUnsealedNetworkAnswers503(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("answered after %s: the reason is known, the request need not wait for the pool", took)
 	}
+	if v := testutil.ToFloat64(e.pool.m.targetChanges.WithLabelValues(reasonWaiting)); v != 0 {
+		t.Errorf("the target grew %v times for waiting requests: one refused at once waits for no pod", v)
+	}
 	if !e.pool.Ready() {
 		t.Error("serve left its Service: clients would hear a refused connection instead of the reason")
 	}
