@@ -25,8 +25,9 @@ const (
 	shrinkHold = 30 * time.Second
 
 	// initialStart is the pod start time assumed until the first pod of this
-	// pool has been seen Ready: the 2 s readiness delay plus a second to
-	// schedule and start.
+	// pool has been seen Ready: a second to schedule and start, and a second
+	// or two until the policy engine has cut the new pod's egress and its
+	// runner has proven it (see package seal).
 	initialStart = 3 * time.Second
 
 	// startWeight is the weight of the newest create-to-Ready observation
