@@ -120,7 +120,6 @@ func mustCall(ctx context.Context, t *testing.T, req map[string]any) api.CallRes
 	return r.res
 }
 
-
 // assertToolPodGone waits briefly for the call's pod to leave the API: the
 // service deletes it right after the answer, without grace.
 func assertToolPodGone(ctx context.Context, t *testing.T, name string) {

@@ -191,7 +191,7 @@ func TestSlowProofIsNoFault(t *testing.T) {
 	e.pool.sealEvery = 50 * time.Millisecond
 	e.start().waitWarm(2)
 	e.updatePod(e.pods()[0].Name, setUnproven) // one pod late; the other Ready
-	time.Sleep(300 * time.Millisecond) // several of the pool's passes
+	time.Sleep(300 * time.Millisecond)         // several of the pool's passes
 	if v := testutil.ToFloat64(e.pool.m.unsealed); v != 0 {
 		t.Errorf("unsealed gauge %v while another pod is Ready", v)
 	}
