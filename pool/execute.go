@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,7 +63,7 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 		log := p.log.With("pod", pod.Name)
 		log.Debug("claimed sandbox pod", "wait", time.Since(start))
 
-		res, err := p.runOn(ctx, pod, job, body)
+		res, err := p.deliver(ctx, pod, job, body)
 		var nd *notDelivered
 		if errors.As(err, &nd) {
 			p.m.unreachable.Inc()
@@ -80,6 +81,34 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 	return exec.Result{}, &api.Error{
 		Status: http.StatusBadGateway,
 		Msg:    fmt.Sprintf("no sandbox runner could be reached: %v", lastErr),
+	}
+}
+
+// deliver runs job on pod, connecting again a few times when the runner
+// cannot be reached at all. A NetworkPolicy engine rewriting its rules (on
+// every pod change; under churn, every second or so) rejects some new
+// connections for a moment, and a Ready pod refused that way is fine a few
+// hundred milliseconds later: giving it up would cost a pod start, and a
+// burst of such refusals would use up a request's pods. Nothing reached the
+// runner, so a second connection is still its one job. Only a refusal is
+// tried again: a connection that timed out has already cost dialTimeout.
+func (p *Pool) deliver(ctx context.Context, pod *corev1.Pod, job exec.Job, body []byte) (exec.Result, error) {
+	pause := redialPause
+	for i := 0; ; i++ {
+		res, err := p.runOn(ctx, pod, job, body)
+		var nd *notDelivered
+		if i == redials || !errors.As(err, &nd) || !isDialError(err) || !errors.Is(err, syscall.ECONNREFUSED) {
+			return res, err
+		}
+		p.log.Debug("runner refused the connection; connecting again", "pod", pod.Name, "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		case <-t.C:
+		}
+		pause *= 2
 	}
 }
 
