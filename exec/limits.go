@@ -47,10 +47,11 @@ import (
 
 // Resource numbers; syscall lacks RLIMIT_NPROC (<asm-generic/resource.h>).
 const (
-	rlimitFsize = syscall.RLIMIT_FSIZE
-	rlimitCore  = syscall.RLIMIT_CORE
-	rlimitNproc = 6
-	rlimitAS    = syscall.RLIMIT_AS
+	rlimitFsize  = syscall.RLIMIT_FSIZE
+	rlimitCore   = syscall.RLIMIT_CORE
+	rlimitNproc  = 6
+	rlimitNofile = syscall.RLIMIT_NOFILE
+	rlimitAS     = syscall.RLIMIT_AS
 )
 
 const preamble = `def _sandbox():
@@ -102,6 +103,7 @@ func pythonArgs(opts Options, snippet string) []string {
 		{rlimitCore, 0},
 		{rlimitFsize, opts.maxFileSize()},
 		{rlimitNproc, int64(opts.maxProcs())},
+		{rlimitNofile, MaxOpenFiles},
 	}
 	if opts.MemoryLimit > 0 {
 		limits = append(limits, [2]int64{rlimitAS, opts.MemoryLimit})

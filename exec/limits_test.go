@@ -10,9 +10,9 @@ import (
 
 func TestLimitsApplied(t *testing.T) {
 	res := run(t, Job{Code: `import resource as r
-for k in (r.RLIMIT_CORE, r.RLIMIT_FSIZE, r.RLIMIT_NPROC):
+for k in (r.RLIMIT_CORE, r.RLIMIT_FSIZE, r.RLIMIT_NPROC, r.RLIMIT_NOFILE):
     print(*r.getrlimit(k))`}, Options{MaxProcs: 77, MaxFileSize: 1 << 20})
-	if want := "0 0\n1048576 1048576\n77 77\n"; res.Stdout != want {
+	if want := "0 0\n1048576 1048576\n77 77\n1024 1024\n"; res.Stdout != want {
 		t.Errorf("limits = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
 	}
 }

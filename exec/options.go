@@ -62,6 +62,15 @@ const (
 	// needs to write.
 	DefaultMaxFileSize = 100 << 20
 
+	// MaxOpenFiles is the child's RLIMIT_NOFILE, soft and hard: Linux's
+	// usual soft limit, all that select() can watch. Descriptors are counted
+	// per process, so this does not protect the runner's; it bounds what a
+	// run can make the kernel hold (its processes times this many open
+	// files) and so how long killing the run takes, since every descriptor
+	// is closed as its process dies: 50 processes holding 20,000 each took
+	// the kernel over 3 s in a pod.
+	MaxOpenFiles = 1024
+
 	// DefaultTimeout applies when Job.Timeout is zero; api.DefaultTimeoutS,
 	// the request's default, is defined from it.
 	DefaultTimeout = 20 * time.Second
