@@ -20,12 +20,12 @@ for k in (r.RLIMIT_CORE, r.RLIMIT_FSIZE, r.RLIMIT_NPROC, r.RLIMIT_NOFILE):
 // TestSnippetYieldsToItsRunner: the snippet is the OOM killer's first
 // choice and, with Nice, the scheduler's last, so that a bomb leaves the
 // runner that shares its pod the memory and CPU to kill it. Without the
-// preamble's lines a fresh python3 reads 0 and 0 here.
+// preamble's lines a fresh python3 reads 0, 0 and False here.
 func TestSnippetYieldsToItsRunner(t *testing.T) {
 	res := run(t, Job{Code: `import os
-print(open("/proc/self/oom_score_adj").read().strip(), os.nice(0))`}, Options{Nice: 19})
-	if want := "1000 19\n"; res.Stdout != want {
-		t.Errorf("oom_score_adj and nice = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
+print(open("/proc/self/oom_score_adj").read().strip(), os.nice(0), os.sched_getscheduler(0) == os.SCHED_IDLE)`}, Options{Nice: 19, IdleCPU: true})
+	if want := "1000 19 True\n"; res.Stdout != want {
+		t.Errorf("oom_score_adj, nice and SCHED_IDLE = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
 	}
 }
 

@@ -36,6 +36,10 @@ type Options struct {
 	// leaves the runner the time to kill it; on a shared host it would
 	// only slow the snippet against everything else.
 	Nice int
+	// IdleCPU puts the child in the SCHED_IDLE class, which its processes
+	// inherit: they run only when nothing else of the CPU cgroup wants the
+	// CPU. The runner sets it in a pod, with Nice, for the same reason.
+	IdleCPU bool
 
 	// UnsafeKillLeaderOnly makes Run as weak as a naive runner: at the
 	// deadline it kills only the python3 process, never sweeps its tree, and
