@@ -184,14 +184,7 @@ func (p *Pool) watchRun(ctx context.Context, name string, died context.CancelCau
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			p.mu.Lock()
-			pod, err := p.lister.Get(name)
-			gone := err != nil
-			if gone {
-				pod = p.gone[name]
-			}
-			changed := p.changed
-			p.mu.Unlock()
+			pod, gone, changed := p.podNow(name)
 			if d := kube.DeathOf(pod, gone); d.Dead && !kube.ExitedCleanly(pod) {
 				died(fmt.Errorf("sandbox pod %s died during the run: %s", name, d.Reason))
 				return
@@ -211,6 +204,18 @@ func (p *Pool) watchRun(ctx context.Context, name string, died context.CancelCau
 	}
 }
 
+// podNow is the informer's view of pod name: the pod, or its last state
+// when it is gone, and a channel closed at the next change.
+func (p *Pool) podNow(name string) (pod *corev1.Pod, gone bool, changed <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pod, err := p.lister.Get(name)
+	if gone = err != nil; gone {
+		pod = p.gone[name]
+	}
+	return pod, gone, p.changed
+}
+
 // verdict explains a run whose connection broke: it waits (on informer
 // events, up to verdictWait) for the pod's status to say why, since the
 // kubelet reports a container's end a moment after it happens. An OOM kill
@@ -219,15 +224,7 @@ func (p *Pool) verdict(ctx context.Context, name string, start time.Time, cause 
 	timer := time.NewTimer(verdictWait)
 	defer timer.Stop()
 	for {
-		p.mu.Lock()
-		pod, err := p.lister.Get(name)
-		gone := err != nil
-		if gone {
-			pod = p.gone[name]
-		}
-		changed := p.changed
-		p.mu.Unlock()
-
+		pod, gone, changed := p.podNow(name)
 		if d := kube.DeathOf(pod, gone); d.Dead {
 			p.m.podDeaths.Inc()
 			p.log.Warn("sandbox pod died during the run", "pod", name, "reason", d.Reason, "oom", d.OOMKilled, "cause", cause)
