@@ -3,8 +3,10 @@ package exec
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	osexec "os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -226,4 +228,136 @@ time.sleep(300)
 			}
 		})
 	}
+}
+
+// pid1Env marks the test binary started as its PID namespace's init.
+const pid1Env = "SANDBOX_EXEC_TEST_PID1"
+
+// asPodInit runs body in this test binary started again as PID 1 of a new
+// PID and mount namespace with a /proc of its own, as the runner is in a
+// pod. name is the calling test's.
+func asPodInit(t *testing.T, name string, body func(t *testing.T)) {
+	t.Helper()
+	if os.Getenv(pid1Env) == "1" {
+		if os.Getpid() != 1 {
+			t.Fatalf("pid %d, want 1", os.Getpid())
+		}
+		// A sweep of an init reads /proc: it must be this namespace's.
+		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("proc", "/proc", "proc", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile("/proc/1/cmdline"); !strings.Contains(string(b), os.Args[0]) {
+			t.Fatalf("/proc/1 is %q, not this process", b)
+		}
+		body(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("a PID namespace needs root")
+	}
+	if _, err := findPython("", nil); err != nil {
+		t.Skip(err)
+	}
+	cmd := osexec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), pid1Env+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	t.Logf("as PID 1:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("as PID 1: %v", err)
+	}
+}
+
+// sleepers forks n processes that wait for ever, writes their pids to a
+// file "forked", then waits too.
+const sleepers = `import os, time
+pids = []
+for _ in range(%d):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(300)
+        os._exit(0)
+    pids.append(pid)
+with open("forked.tmp", "w") as f:
+    f.write(" ".join(map(str, pids)))
+os.rename("forked.tmp", "forked")
+print("forked", flush=True)
+time.sleep(300)
+`
+
+// TestKilledRunDoesNotHoldTheAnswer: in a pod, a timed-out run whose
+// killed processes cannot exit yet is still answered within deathGrace of
+// its timeout. On a busy node that is a thousand processes of a fork bomb
+// in SCHED_IDLE, each waiting for the CPU to exit; here the snippet's
+// children are put in a frozen cgroup v1 freezer, where a SIGKILL waits for
+// the thaw. The control is that they indeed were still there when Run
+// returned, so the answer did not wait for them.
+func TestKilledRunDoesNotHoldTheAnswer(t *testing.T) {
+	freezer := "/sys/fs/cgroup/freezer"
+	if _, err := os.Stat(freezer + "/cgroup.procs"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and the cgroup v1 freezer (v2's lets SIGKILL through)")
+	}
+	asPodInit(t, "TestKilledRunDoesNotHoldTheAnswer", func(t *testing.T) {
+		dir := t.TempDir()
+		cg := filepath.Join(freezer, "sandbox-exec-test-"+strconv.Itoa(os.Getppid())+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		if err := os.Mkdir(cg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		thaw := func() { _ = os.WriteFile(cg+"/freezer.state", []byte("THAWED"), 0o644) }
+		defer func() {
+			thaw()
+			_, _ = reapAll(context.Background())
+			for range 100 {
+				if os.Remove(cg) == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		frozen := make(chan error, 1)
+		go func() {
+			for {
+				b, err := os.ReadFile(dir + "/forked")
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				for _, pid := range strings.Fields(string(b)) {
+					if err := os.WriteFile(cg+"/cgroup.procs", []byte(pid), 0o644); err != nil {
+						frozen <- err
+						return
+					}
+				}
+				frozen <- os.WriteFile(cg+"/freezer.state", []byte("FROZEN"), 0o644)
+				return
+			}
+		}()
+		const timeout = 3 * time.Second
+		start := time.Now()
+		res, err := Run(context.Background(), Job{Code: fmt.Sprintf(sleepers, 20), Timeout: timeout},
+			Options{Dir: dir, Nice: 19, IdleCPU: true})
+		took := time.Since(start)
+		left, werr := syscall.Wait4(-1, nil, syscall.WNOHANG|syscall.WALL, nil)
+		if err := <-frozen; err != nil {
+			t.Fatalf("freeze the snippet's children: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("answered after %s: %+v", took, res)
+		if !res.TimedOut || !strings.HasPrefix(res.Stdout, "forked") {
+			t.Errorf("want a timed-out run that printed \"forked\": %+v", res)
+		}
+		if limit := timeout + deathGrace + time.Second; took > limit {
+			t.Errorf("answered after %s, beyond the timeout and the grace (%s)", took, limit)
+		}
+		if left == 0 && werr == nil {
+			t.Logf("control: the killed children were still there when Run returned")
+		} else {
+			t.Errorf("control: the killed children had gone when Run returned (wait4: %d, %v), so the freezer held nothing", left, werr)
+		}
+	})
 }

@@ -10,9 +10,9 @@ import (
 
 func TestLimitsApplied(t *testing.T) {
 	res := run(t, Job{Code: `import resource as r
-for k in (r.RLIMIT_CORE, r.RLIMIT_FSIZE, r.RLIMIT_NPROC):
+for k in (r.RLIMIT_CORE, r.RLIMIT_FSIZE, r.RLIMIT_NPROC, r.RLIMIT_NOFILE):
     print(*r.getrlimit(k))`}, Options{MaxProcs: 77, MaxFileSize: 1 << 20})
-	if want := "0 0\n1048576 1048576\n77 77\n"; res.Stdout != want {
+	if want := "0 0\n1048576 1048576\n77 77\n1024 1024\n"; res.Stdout != want {
 		t.Errorf("limits = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
 	}
 }
@@ -20,12 +20,12 @@ for k in (r.RLIMIT_CORE, r.RLIMIT_FSIZE, r.RLIMIT_NPROC):
 // TestSnippetYieldsToItsRunner: the snippet is the OOM killer's first
 // choice and, with Nice, the scheduler's last, so that a bomb leaves the
 // runner that shares its pod the memory and CPU to kill it. Without the
-// preamble's lines a fresh python3 reads 0 and 0 here.
+// preamble's lines a fresh python3 reads 0, 0 and False here.
 func TestSnippetYieldsToItsRunner(t *testing.T) {
 	res := run(t, Job{Code: `import os
-print(open("/proc/self/oom_score_adj").read().strip(), os.nice(0))`}, Options{Nice: 19})
-	if want := "1000 19\n"; res.Stdout != want {
-		t.Errorf("oom_score_adj and nice = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
+print(open("/proc/self/oom_score_adj").read().strip(), os.nice(0), os.sched_getscheduler(0) == os.SCHED_IDLE)`}, Options{Nice: 19, IdleCPU: true})
+	if want := "1000 19 True\n"; res.Stdout != want {
+		t.Errorf("oom_score_adj, nice and SCHED_IDLE = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
 	}
 }
 

@@ -36,6 +36,10 @@ type Options struct {
 	// leaves the runner the time to kill it; on a shared host it would
 	// only slow the snippet against everything else.
 	Nice int
+	// IdleCPU puts the child in the SCHED_IDLE class, which its processes
+	// inherit: they run only when nothing else of the CPU cgroup wants the
+	// CPU. The runner sets it in a pod, with Nice, for the same reason.
+	IdleCPU bool
 
 	// UnsafeKillLeaderOnly makes Run as weak as a naive runner: at the
 	// deadline it kills only the python3 process, never sweeps its tree, and
@@ -61,6 +65,15 @@ const (
 	// volume (an emptyDir in the pod); 100 MiB is far above what a snippet
 	// needs to write.
 	DefaultMaxFileSize = 100 << 20
+
+	// MaxOpenFiles is the child's RLIMIT_NOFILE, soft and hard: Linux's
+	// usual soft limit, all that select() can watch. Descriptors are counted
+	// per process, so this does not protect the runner's; it bounds what a
+	// run can make the kernel hold (its processes times this many open
+	// files) and so how long killing the run takes, since every descriptor
+	// is closed as its process dies: 50 processes holding 20,000 each took
+	// the kernel over 3 s in a pod.
+	MaxOpenFiles = 1024
 
 	// DefaultTimeout applies when Job.Timeout is zero; api.DefaultTimeoutS,
 	// the request's default, is defined from it.

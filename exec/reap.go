@@ -22,7 +22,9 @@ import (
 // every process a run started is, at every moment, a descendant of this
 // process. At the deadline, and again after the child exits normally, sweep
 // walks that tree through /proc and SIGKILLs it, repeating until nothing is
-// left and reaping the orphans that became our children.
+// left and reaping the orphans that became our children. A PID namespace's
+// init (the runner in a pod) needs no walk: it kills the whole namespace at
+// once and only reaps (reapAll).
 //
 // Several runs may share one process (the local backend). Their direct
 // children are registered in live, under a lock also held across
@@ -61,21 +63,81 @@ var live = struct {
 // not empty after this many rounds holds a process we cannot kill.
 const sweepRoundLimit = 2000
 
+// deathGrace is how long a runner that is its PID namespace's init waits
+// for the processes it has killed to exit before it answers. By then each
+// has a SIGKILL pending and can never run its own code again; what is left
+// is their exit, which needs the CPU. A snippet's processes run in
+// SCHED_IDLE, so a thousand of them, killed, get it only while the runner
+// sleeps, and on a busy node they may take many seconds. They do not hold
+// the answer up past this: they end with the pod, whose init exits next.
+const deathGrace = time.Second
+
 // sweep kills every process descended from this one except the trees of
 // other live runs' children. own, when not 0, is the live child of the
 // calling run: it is killed too but left for os/exec to reap, and the sweep
-// ends when only it remains.
-func sweep(ctx context.Context, own int) error {
+// ends when only it remains. settled is false only in a PID namespace's
+// init (see reapAll) when killed processes were still exiting at ctx's end.
+func sweep(ctx context.Context, own int) (settled bool, err error) {
+	if os.Getpid() == 1 && own == 0 {
+		return reapAll(ctx)
+	}
+	return true, walkAndKill(ctx, own)
+}
+
+// killAll, in a PID namespace's init, SIGKILLs every other process of the
+// namespace. In a pod the runner is that init and runs one job, so every
+// other process there is the run's. kill(-1) signals them all in one pass
+// that new forks cannot join (the kernel fails a fork whose parent has a
+// fatal signal pending), so a fork bomb that refills its tree faster than a
+// walk can kill it still dies at once. The kernel spares the caller.
+func killAll() {
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+}
+
+// reapAll kills every other process of the namespace (see killAll) and
+// reaps them as they exit, until none is left or ctx ends. It never walks
+// /proc: one wait4 per exited process, and sleep between, so that the
+// runner leaves the CPU to the processes whose exit it waits for. Every
+// process of the namespace descends from its init, so when the init has no
+// children left (ECHILD) nothing else of the run exists. It must not run
+// while os/exec still waits for one of this process's children.
+func reapAll(ctx context.Context) (settled bool, err error) {
+	killAll()
+	pause := 100 * time.Microsecond
+	for {
+		for {
+			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG|syscall.WALL, nil)
+			switch {
+			case errors.Is(err, syscall.ECHILD):
+				return true, nil
+			case errors.Is(err, syscall.EINTR):
+				continue
+			case err != nil:
+				return false, fmt.Errorf("reap the run's processes: %w", err)
+			}
+			if pid == 0 {
+				break // some left, none exited since
+			}
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, nil
+		case <-t.C:
+		}
+		pause = min(2*pause, 5*time.Millisecond)
+	}
+}
+
+// walkAndKill kills the tree through /proc, round after round, until it is
+// empty (see sweep).
+func walkAndKill(ctx context.Context, own int) error {
 	self := os.Getpid()
 	live.Lock()
 	defer live.Unlock()
 	if self == 1 {
-		// In a pod the runner is its PID namespace's init and runs one job,
-		// so every other process there is the run's. kill(-1) signals them
-		// all in one pass that new forks cannot join, so a fork bomb that
-		// refills its tree faster than a walk can kill it still dies at once.
-		// The kernel spares the caller.
-		_ = syscall.Kill(-1, syscall.SIGKILL)
+		killAll()
 	}
 	pause := 50 * time.Microsecond
 	for range sweepRoundLimit {

@@ -35,7 +35,9 @@ const (
 // first; the snippet failing is a Result with a non-zero ExitCode.
 //
 // When Run returns, every process the snippet started is dead, whether it
-// timed out or exited. Result.SandboxID is left for the caller.
+// timed out or exited; in a PID namespace's init, killed and perhaps still
+// exiting (see deathGrace), never able to run its code again.
+// Result.SandboxID is left for the caller.
 func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	if opts.Sandbox != nil {
 		return runSandboxed(ctx, job, opts)
@@ -203,7 +205,7 @@ func (c *child) judge(ctx context.Context, res Result, end ending, opts Options,
 	if err := classify(&res, c, end, opts, timeout); err != nil {
 		return res, err
 	}
-	res.Usage = c.base.measure(c.cmd.ProcessState)
+	res.Usage = c.base.measure(c.state(end))
 	if job != nil && len(job.Outputs) > 0 && !end.cancelled {
 		res.Files, res.FilesIncomplete = c.outputs(opts, job.Outputs)
 	}
@@ -325,11 +327,18 @@ func spawn(opts Options, python string, args, env []string, job *Job, ctl *os.Fi
 // ending is how a run ended, as waitAndKill saw it.
 type ending struct {
 	waitErr             error // from cmd.Wait
+	reaped              bool  // cmd.Wait returned: cmd.ProcessState may be read
 	setupErr            error // an isolated run's set-up failed: nothing ran
 	timedOut, cancelled bool
 	killErr             error
 	duration            time.Duration
 }
+
+// dyingDrain is how long the pipes are still read after a sweep that left
+// killed processes exiting (see deathGrace). They can write nothing more,
+// and what they wrote before is in the pipes, to be read at once; the pipes
+// themselves close only when the last of them has exited.
+const dyingDrain = 100 * time.Millisecond
 
 // waitAndKill waits for the child's exit, its deadline or ctx; kills the
 // whole run at the deadline; and, whatever happened, sweeps every process
@@ -347,25 +356,29 @@ func (c *child) waitAndKill(ctx context.Context, timeout time.Duration, opts Opt
 	if end.setupErr == nil {
 		select {
 		case end.waitErr = <-c.waited:
+			end.reaped = true
 		case <-timer.C:
 			end.timedOut = true
 		case <-ctx.Done():
 			end.cancelled = true
 		}
 	}
+	// A PID namespace's init (a pod's runner) waits for the killed run's
+	// exit no longer than deathGrace; anywhere else until the sweep is done.
+	settleBy := time.Now().Add(deathGrace)
 	switch {
 	case end.setupErr != nil:
 		end.killErr = killRun(c.pid)
-		end.waitErr = <-c.waited
+		end.waitErr, end.reaped = <-c.waited, true
 	case (end.timedOut || end.cancelled) && opts.UnsafeKillLeaderOnly:
 		end.killErr = c.cmd.Process.Kill()
-		end.waitErr = <-c.waited
+		end.waitErr, end.reaped = <-c.waited, true
 	case end.timedOut || end.cancelled:
 		if c.sb != nil {
 			c.sb.cg.hurry()
 		}
 		end.killErr = killRun(c.pid)
-		end.waitErr = <-c.waited
+		end.waitErr, end.reaped = c.awaitLeader(settleBy)
 	}
 	end.duration = time.Since(began)
 
@@ -374,17 +387,42 @@ func (c *child) waitAndKill(ctx context.Context, timeout time.Duration, opts Opt
 	live.Unlock()
 	if !opts.UnsafeKillLeaderOnly {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
-		if e := sweep(sctx, 0); e != nil && end.killErr == nil {
+		if os.Getpid() == 1 {
+			sctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), settleBy)
+		}
+		settled, e := sweep(sctx, 0)
+		if e != nil && end.killErr == nil {
 			end.killErr = e
 		}
 		cancel()
-		// Everything that held the pipes is dead now; the deadline only
-		// guards against a writer the sweep could not reach.
+		// Everything that held the pipes is dead now (or killed and still
+		// exiting, when not settled); the deadline only guards against a
+		// writer the sweep could not reach.
 		deadline := time.Now().Add(drainTimeout)
+		if !settled {
+			deadline = time.Now().Add(dyingDrain)
+		}
 		c.outR.SetReadDeadline(deadline)
 		c.errR.SetReadDeadline(deadline)
 	}
 	return end
+}
+
+// awaitLeader waits for os/exec to reap the killed child: in a PID
+// namespace's init until by at most (see deathGrace), elsewhere for as
+// long as it takes. reaped is false when by came first.
+func (c *child) awaitLeader(by time.Time) (waitErr error, reaped bool) {
+	if os.Getpid() != 1 {
+		return <-c.waited, true
+	}
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case err := <-c.waited:
+		return err, true
+	case <-t.C:
+		return nil, false
+	}
 }
 
 // collect waits for the output to be drained and returns it as a Result.
@@ -405,8 +443,8 @@ func (c *child) collect(end ending) Result {
 // out-of-memory death, from the kernel's own evidence where there is some.
 func classify(res *Result, c *child, end ending, opts Options, timeout time.Duration) error {
 	var ws syscall.WaitStatus
-	if c.cmd.ProcessState != nil {
-		ws, _ = c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ps := c.state(end); ps != nil {
+		ws, _ = ps.Sys().(syscall.WaitStatus)
 	} else if end.waitErr != nil {
 		return fmt.Errorf("run: wait: %w", end.waitErr)
 	}
@@ -458,12 +496,26 @@ func isHostFault(err error) bool {
 }
 
 // killRun kills the child's process group at once, then everything else it
-// started.
+// started. A PID namespace's init kills the whole namespace in one call and
+// leaves the reaping to the sweep that follows os/exec's.
 func killRun(pid int) error {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if os.Getpid() == 1 {
+		killAll()
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
 	defer cancel()
-	return sweep(ctx, pid)
+	_, err := sweep(ctx, pid)
+	return err
+}
+
+// state is the child's process state once os/exec has reaped it, else nil.
+func (c *child) state(end ending) *os.ProcessState {
+	if !end.reaped {
+		return nil
+	}
+	return c.cmd.ProcessState
 }
 
 // appendLine appends line to s, starting it on a line of its own.

@@ -13,7 +13,9 @@ import (
 // when a process is reaped, which includes everything that process had
 // reaped in turn. In a pod the runner is its PID namespace's init and
 // reaps every orphan, so its own count of reaped children
-// (getrusage(RUSAGE_CHILDREN)) holds the whole tree. Elsewhere (the local
+// (getrusage(RUSAGE_CHILDREN)) holds the whole tree, less the processes
+// of a killed run that were still exiting when the answer went (see
+// deathGrace). Elsewhere (the local
 // backend) the run's python3 is the init of a PID namespace of its own,
 // whose processes the kernel reaps into it before it is reaped itself, so
 // python3's usage holds the whole tree too; a run without its own PID

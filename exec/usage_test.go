@@ -3,10 +3,6 @@ package exec
 import (
 	"context"
 	"fmt"
-	"os"
-	osexec "os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -78,48 +74,14 @@ func TestUsageLocal(t *testing.T) {
 	})
 }
 
-// pid1Env marks the test binary started as its PID namespace's init.
-const pid1Env = "SANDBOX_EXEC_TEST_PID1"
-
 // TestUsageAsPodInit: as its PID namespace's init, as the runner is in a
 // pod, Run counts every process and thread the run started, and the CPU of
-// all of them, orphans included. The test binary runs itself again as PID 1
-// of a new PID and mount namespace with a /proc of its own.
+// all of them, orphans included.
 func TestUsageAsPodInit(t *testing.T) {
-	if os.Getenv(pid1Env) == "1" {
-		usageAsInit(t)
-		return
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("a PID namespace needs root")
-	}
-	if _, err := findPython("", nil); err != nil {
-		t.Skip(err)
-	}
-	cmd := osexec.Command(os.Args[0], "-test.run=^TestUsageAsPodInit$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), pid1Env+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	t.Logf("as PID 1:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestUsageAsPodInit") {
-		t.Fatalf("as PID 1: %v", err)
-	}
+	asPodInit(t, "TestUsageAsPodInit", usageAsInit)
 }
 
 func usageAsInit(t *testing.T) {
-	if os.Getpid() != 1 {
-		t.Fatalf("pid %d, want 1", os.Getpid())
-	}
-	// The sweep of an init reads /proc/1: it must be this namespace's.
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("proc", "/proc", "proc", 0, ""); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile("/proc/1/cmdline"); !strings.Contains(string(b), os.Args[0]) {
-		t.Fatalf("/proc/1 is %q, not this process", b)
-	}
 	res, err := Run(context.Background(), Job{Code: usageCode, Timeout: 30 * time.Second}, Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

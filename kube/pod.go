@@ -191,12 +191,8 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	if port == 0 {
 		port = DefaultRunnerPort
 	}
-	gid := uid
-	no, yes := false, true
-	nonRoot, mountToken := true, false
-	if o.Unsafe.Has(weaken.RootToken) {
-		uid, gid, nonRoot, mountToken = 0, 0, false, true
-	}
+	id := newIdentity(uid, o.Unsafe.Has(weaken.RootToken))
+	no := false
 	dnsMode := o.DNS
 	if dnsMode == "" {
 		dnsMode = DefaultDNS
@@ -218,7 +214,6 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	}
 	deadline := int64(ActiveDeadlineSeconds)
 	grace := int64(0)
-	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 	scratch := resource.MustParse(ScratchSize)
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse(SnippetCPU),
@@ -240,18 +235,12 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
 			TerminationGracePeriodSeconds: &grace,
-			AutomountServiceAccountToken:  &mountToken,
+			AutomountServiceAccountToken:  &id.mountToken,
 			EnableServiceLinks:            &no,
 			HostNetwork:                   false,
 			HostPID:                       false,
 			HostIPC:                       false,
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   &nonRoot,
-				RunAsUser:      &uid,
-				RunAsGroup:     &gid,
-				FSGroup:        &gid,
-				SeccompProfile: seccomp,
-			},
+			SecurityContext:               id.pod(),
 			Containers: []corev1.Container{{
 				Name:            RunnerContainer,
 				Image:           o.Image,
@@ -262,19 +251,10 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 					{Name: "HOME", Value: Workdir},
 					{Name: "TMPDIR", Value: "/tmp"},
 				},
-				Ports:          []corev1.ContainerPort{{Name: RunnerPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-				ReadinessProbe: runnerReadiness(),
-				Resources:      corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot:             &nonRoot,
-					RunAsUser:                &uid,
-					RunAsGroup:               &gid,
-					Privileged:               &no,
-					AllowPrivilegeEscalation: &no,
-					ReadOnlyRootFilesystem:   &yes,
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile:           seccomp,
-				},
+				Ports:           []corev1.ContainerPort{{Name: RunnerPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+				ReadinessProbe:  runnerReadiness(),
+				Resources:       corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
+				SecurityContext: id.container(),
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "work", MountPath: Workdir},
 					{Name: "tmp", MountPath: "/tmp"},
@@ -299,16 +279,63 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{host}}
 		pod.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: seal.UnprivilegedPortSysctl, Value: seal.UnprivilegedPortStart}}
 	}
-	if o.RuntimeClass != "" {
-		rc := o.RuntimeClass
-		pod.Spec.RuntimeClassName = &rc
+	return placed(pod, o.RuntimeClass, o.Owner)
+}
+
+// identity is who a sandbox pod's processes are, and whether it gets a
+// service-account token: a random non-root uid and none, unless a
+// weakening asks for root with a token.
+type identity struct {
+	uid, gid            int64
+	nonRoot, mountToken bool
+}
+
+func newIdentity(uid int64, rootToken bool) *identity {
+	if rootToken {
+		return &identity{uid: 0, gid: 0, nonRoot: false, mountToken: true}
 	}
-	if o.Owner.UID != "" {
+	return &identity{uid: uid, gid: uid, nonRoot: true, mountToken: false}
+}
+
+// pod is the pod-level security context both kinds of sandbox pod share.
+func (id *identity) pod() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   &id.nonRoot,
+		RunAsUser:      &id.uid,
+		RunAsGroup:     &id.gid,
+		FSGroup:        &id.gid,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// container is every sandbox container's security context: Pod Security
+// "restricted" and a read-only root.
+func (id *identity) container() *corev1.SecurityContext {
+	no, yes := false, true
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             &id.nonRoot,
+		RunAsUser:                &id.uid,
+		RunAsGroup:               &id.gid,
+		Privileged:               &no,
+		AllowPrivilegeEscalation: &no,
+		ReadOnlyRootFilesystem:   &yes,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// placed gives pod its runtime class, when one is set, and its owner, so
+// that the pod goes when the serve pod that made it does.
+func placed(pod *corev1.Pod, runtimeClass string, owner Owner) *corev1.Pod {
+	if runtimeClass != "" {
+		pod.Spec.RuntimeClassName = &runtimeClass
+	}
+	if owner.UID != "" {
 		pod.OwnerReferences = []metav1.OwnerReference{{
 			APIVersion: "v1",
 			Kind:       "Pod",
-			Name:       o.Owner.Name,
-			UID:        o.Owner.UID,
+			Name:       owner.Name,
+			UID:        owner.UID,
 			// BlockOwnerDeletion would need update rights on the owner's
 			// finalizers; the service's Role has none, and nothing needs it.
 		}}

@@ -100,30 +100,13 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	if port == 0 {
 		port = DefaultRunnerPort
 	}
-	gid := uid
-	no, yes := false, true
-	nonRoot, mountToken := true, false
-	if o.Unsafe.Has(weaken.ToolRootToken) {
-		uid, gid, nonRoot, mountToken = 0, 0, false, true
-	}
+	id := newIdentity(uid, o.Unsafe.Has(weaken.ToolRootToken))
+	no := false
 	deadline := int64(o.ActiveDeadline / time.Second)
 	grace := int64(0)
-	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse(ToolCPU),
 		corev1.ResourceMemory: resource.MustParse(ToolMemory),
-	}
-	sc := func() *corev1.SecurityContext {
-		return &corev1.SecurityContext{
-			RunAsNonRoot:             &nonRoot,
-			RunAsUser:                &uid,
-			RunAsGroup:               &gid,
-			Privileged:               &no,
-			AllowPrivilegeEscalation: &no,
-			ReadOnlyRootFilesystem:   &yes,
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           seccomp,
-		}
 	}
 	egress := EgressDNS
 	if o.Internet {
@@ -156,15 +139,9 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
 			TerminationGracePeriodSeconds: &grace,
-			AutomountServiceAccountToken:  &mountToken,
+			AutomountServiceAccountToken:  &id.mountToken,
 			EnableServiceLinks:            &no,
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   &nonRoot,
-				RunAsUser:      &uid,
-				RunAsGroup:     &gid,
-				FSGroup:        &gid,
-				SeccompProfile: seccomp,
-			},
+			SecurityContext:               id.pod(),
 			InitContainers: []corev1.Container{{
 				Name:  ToolInitContainer,
 				Image: o.SandboxImage,
@@ -174,7 +151,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 				Command:                  []string{"cp", ToolSandboxBinary, bin},
 				ImagePullPolicy:          corev1.PullIfNotPresent,
 				Resources:                corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
-				SecurityContext:          sc(),
+				SecurityContext:          id.container(),
 				VolumeMounts:             []corev1.VolumeMount{{Name: "runner", MountPath: ToolBinDir}},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
@@ -189,7 +166,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 				// The call is sent only once the pod is Ready.
 				ReadinessProbe:  runnerReadiness(),
 				Resources:       corev1.ResourceRequirements{Requests: requests(res, o.CPURequest), Limits: res},
-				SecurityContext: sc(),
+				SecurityContext: id.container(),
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "runner", MountPath: ToolBinDir, ReadOnly: true},
 					{Name: "tmp", MountPath: "/tmp"},
@@ -202,14 +179,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 			},
 		},
 	}
-	if o.RuntimeClass != "" {
-		rc := o.RuntimeClass
-		pod.Spec.RuntimeClassName = &rc
-	}
-	if o.Owner.UID != "" {
-		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: o.Owner.Name, UID: o.Owner.UID}}
-	}
-	return pod
+	return placed(pod, o.RuntimeClass, o.Owner)
 }
 
 // ToolPodName returns a fresh tool pod name: "sandbox-tool-" and five

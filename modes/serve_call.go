@@ -7,11 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
-	"github.com/sandboxd/sandbox/manifests"
 	"github.com/sandboxd/sandbox/server"
 	"github.com/sandboxd/sandbox/toolpod"
 	"github.com/sandboxd/sandbox/weaken"
@@ -66,17 +63,7 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 	if err != nil {
 		return nil, policy, nil, fmt.Errorf("--unsafe: %w", err)
 	}
-	ns := f.Namespace
-	if ns == "" {
-		ns = kube.InClusterNamespace()
-	}
-	if ns == "" {
-		ns = manifests.DefaultNamespace
-	}
-	owner := kube.Owner{Name: f.PodName}
-	if f.PodName != "" && f.PodUID != "" {
-		owner.UID = types.UID(f.PodUID)
-	}
+	ns, owner := f.placement()
 	sealOpts, err := f.osSealOptions()
 	if err != nil {
 		return nil, policy, nil, err

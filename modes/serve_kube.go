@@ -75,17 +75,7 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 	if err != nil {
 		return nil, nil, fmt.Errorf("--unsafe: %w", err)
 	}
-	ns := f.Namespace
-	if ns == "" {
-		ns = kube.InClusterNamespace()
-	}
-	if ns == "" {
-		ns = manifests.DefaultNamespace
-	}
-	owner := kube.Owner{Name: f.PodName}
-	if f.PodName != "" && f.PodUID != "" {
-		owner.UID = types.UID(f.PodUID)
-	}
+	ns, owner := f.placement()
 	client, err := kube.NewClient(f.Kubeconfig, "sandbox-serve")
 	if err != nil {
 		return nil, nil, err
@@ -134,4 +124,21 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 		})
 	}
 	return p, cleanup, nil
+}
+
+// placement is the namespace serve's pods go in (the flag, else serve's own
+// namespace, else the default) and the serve pod that owns them.
+func (f *KubeFlags) placement() (string, kube.Owner) {
+	ns := f.Namespace
+	if ns == "" {
+		ns = kube.InClusterNamespace()
+	}
+	if ns == "" {
+		ns = manifests.DefaultNamespace
+	}
+	owner := kube.Owner{Name: f.PodName}
+	if f.PodName != "" && f.PodUID != "" {
+		owner.UID = types.UID(f.PodUID)
+	}
+	return ns, owner
 }

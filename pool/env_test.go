@@ -3,14 +3,15 @@ package pool
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,7 +295,7 @@ func refusingDialer(n int32) (DialFunc, *atomic.Int32) {
 	d := &net.Dialer{Timeout: time.Second}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if calls.Add(1) <= n {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connect: connection refused")}
+			return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 		}
 		return d.DialContext(ctx, network, addr)
 	}, &calls

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,7 +65,7 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 		log := p.log.With("pod", pod.Name)
 		log.Debug("claimed sandbox pod", "wait", time.Since(start))
 
-		res, err := p.runOn(ctx, pod, job, body)
+		res, err := p.deliver(ctx, pod, job, body)
 		if p.noteUnsealedRunner(err) {
 			log.Warn("runner refused the job: its network is not proven sealed; trying another pod", "err", err)
 			p.release(pod, "network not sealed")
@@ -94,6 +95,34 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 	return exec.Result{}, &api.Error{
 		Status: http.StatusBadGateway,
 		Msg:    fmt.Sprintf("no sandbox runner could be reached: %v", lastErr),
+	}
+}
+
+// deliver runs job on pod, connecting again a few times when the runner
+// cannot be reached at all. A NetworkPolicy engine rewriting its rules (on
+// every pod change; under churn, every second or so) rejects some new
+// connections for a moment, and a Ready pod refused that way is fine a few
+// hundred milliseconds later: giving it up would cost a pod start, and a
+// burst of such refusals would use up a request's pods. Nothing reached the
+// runner, so a second connection is still its one job. Only a refusal is
+// tried again: a connection that timed out has already cost dialTimeout.
+func (p *Pool) deliver(ctx context.Context, pod *corev1.Pod, job exec.Job, body []byte) (exec.Result, error) {
+	pause := redialPause
+	for i := 0; ; i++ {
+		res, err := p.runOn(ctx, pod, job, body)
+		var nd *notDelivered
+		if i == redials || !errors.As(err, &nd) || !isDialError(err) || !errors.Is(err, syscall.ECONNREFUSED) {
+			return res, err
+		}
+		p.log.Debug("runner refused the connection; connecting again", "pod", pod.Name, "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		case <-t.C:
+		}
+		pause *= 2
 	}
 }
 
@@ -185,14 +214,7 @@ func (p *Pool) watchRun(ctx context.Context, name string, died context.CancelCau
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			p.mu.Lock()
-			pod, err := p.lister.Get(name)
-			gone := err != nil
-			if gone {
-				pod = p.gone[name]
-			}
-			changed := p.changed
-			p.mu.Unlock()
+			pod, gone, changed := p.podNow(name)
 			if d := kube.DeathOf(pod, gone); d.Dead && !kube.ExitedCleanly(pod) {
 				died(fmt.Errorf("sandbox pod %s died during the run: %s", name, d.Reason))
 				return
@@ -212,6 +234,18 @@ func (p *Pool) watchRun(ctx context.Context, name string, died context.CancelCau
 	}
 }
 
+// podNow is the informer's view of pod name: the pod, or its last state
+// when it is gone, and a channel closed at the next change.
+func (p *Pool) podNow(name string) (pod *corev1.Pod, gone bool, changed <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pod, err := p.lister.Get(name)
+	if gone = err != nil; gone {
+		pod = p.gone[name]
+	}
+	return pod, gone, p.changed
+}
+
 // verdict explains a run whose connection broke: it waits (on informer
 // events, up to verdictWait) for the pod's status to say why, since the
 // kubelet reports a container's end a moment after it happens. An OOM kill
@@ -220,15 +254,7 @@ func (p *Pool) verdict(ctx context.Context, name string, start time.Time, cause 
 	timer := time.NewTimer(verdictWait)
 	defer timer.Stop()
 	for {
-		p.mu.Lock()
-		pod, err := p.lister.Get(name)
-		gone := err != nil
-		if gone {
-			pod = p.gone[name]
-		}
-		changed := p.changed
-		p.mu.Unlock()
-
+		pod, gone, changed := p.podNow(name)
 		if d := kube.DeathOf(pod, gone); d.Dead {
 			p.m.podDeaths.Inc()
 			p.log.Warn("sandbox pod died during the run", "pod", name, "reason", d.Reason, "oom", d.OOMKilled, "cause", cause)

@@ -54,6 +54,12 @@ const (
 	// out unreachable before the job reached them.
 	maxAttempts = 3
 
+	// redials and redialPause: a runner that cannot be reached is tried
+	// again this many times, after redialPause, then twice that, and so on
+	// (0.75 s in all), before the request moves to another pod.
+	redials     = 4
+	redialPause = 50 * time.Millisecond
+
 	// verdictWait bounds how long a broken run waits for the pod's status
 	// to say why it died (the kubelet reports an OOM kill within a second or
 	// two).

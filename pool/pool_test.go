@@ -315,16 +315,33 @@ func TestUnreachableRunnerThenEmptyPoolIs503(t *testing.T) {
 	}
 }
 
-func TestUnreachableRunnerMovesToNextPod(t *testing.T) {
-	dial, calls := refusingDialer(1)
+// TestRefusedRunnerIsTriedAgain: a runner refused for a moment (a policy
+// engine rewriting its rules) gets the job on the next connection; the pod
+// is not given up.
+func TestRefusedRunnerIsTriedAgain(t *testing.T) {
+	dial, calls := refusingDialer(2)
 	e := newEnv(t, nil, func(o *Options) { o.Dialer = dial }).start()
 	e.waitWarm(3)
 	res, err := e.execute("x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls.Load() != 2 {
-		t.Fatalf("dials = %d, want 2 (one refused, one that worked)", calls.Load())
+	if calls.Load() != 3 || e.patches.Load() != 1 || res.SandboxID == "" {
+		t.Fatalf("dials = %d, claims = %d, id %q: want 3 dials (two refused) to the one claimed pod",
+			calls.Load(), e.patches.Load(), res.SandboxID)
+	}
+}
+
+func TestUnreachableRunnerMovesToNextPod(t *testing.T) {
+	dial, calls := refusingDialer(redials + 1)
+	e := newEnv(t, nil, func(o *Options) { o.Dialer = dial }).start()
+	e.waitWarm(3)
+	res, err := e.execute("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != redials+2 {
+		t.Fatalf("dials = %d, want %d (every try of the first pod refused, one that worked)", calls.Load(), redials+2)
 	}
 	// Both claimed pods are deleted: the unreachable one and the used one.
 	e.eventually("both claimed pods deleted", func() bool { return len(e.pods()) == 3 && len(e.labelledPods()) == 0 })

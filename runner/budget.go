@@ -19,9 +19,10 @@ import (
 // the snippet raises its own oom_score_adj to the maximum (exec's preamble),
 // so the kernel's OOM killer takes a snippet process first. File
 // descriptors are counted per process, so the snippet's cannot exhaust the
-// runner's. CPU: the snippet runs at the lowest priority (snippetNice), so
-// a snippet that keeps every CPU busy still leaves the runner the time to
-// kill it at the deadline.
+// runner's. CPU: the snippet runs at the lowest priority (snippetNice) and
+// in SCHED_IDLE, so a snippet that keeps every CPU busy, with as many
+// processes as it may have, still leaves the runner the time to kill it at
+// the deadline.
 
 // snippetNice is the snippet's nice value in a pod: the lowest priority.
 // Only the runner shares the pod's CPU cgroup with it, so this costs the

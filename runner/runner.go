@@ -133,6 +133,7 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.Exec.MaxProcs = procs
 	opts.Exec.Nice = snippetNice
+	opts.Exec.IdleCPU = true
 	opts.Logger.Info("process budget", "pids_max", pidsMax, "snippet_max_procs", procs, "runner_reserve", int64(runnerReserve))
 	s := &Server{opts: opts, done: make(chan struct{})}
 	if opts.Resolver != "" {
