@@ -37,10 +37,10 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 }
 
 // TestPrestartWaitsUnderItsLimits: while it waits, the interpreter already
-// has every limit, its priority and its OOM score, in a group of its own,
-// asleep; Close kills and reaps it.
+// has every limit, its priority, its scheduling class and its OOM score, in
+// a group of its own, asleep; Close kills and reaps it.
 func TestPrestartWaitsUnderItsLimits(t *testing.T) {
-	p := prestart(t, Options{MaxProcs: 77, MaxFileSize: 1 << 20, MemoryLimit: 1 << 30, Nice: 7})
+	p := prestart(t, Options{MaxProcs: 77, MaxFileSize: 1 << 20, MemoryLimit: 1 << 30, Nice: 7, IdleCPU: true})
 	waitFor(t, p.Ready(), "ready")
 	pid := strconv.Itoa(p.Pid())
 	limits, err := os.ReadFile("/proc/" + pid + "/limits")
@@ -52,6 +52,7 @@ func TestPrestartWaitsUnderItsLimits(t *testing.T) {
 		"Max file size             1048576              1048576",
 		"Max core file size        0                    0",
 		"Max address space         1073741824           1073741824",
+		"Max open files            1024                 1024",
 	} {
 		if !strings.Contains(string(limits), want) {
 			t.Errorf("limits lack %q:\n%s", want, limits)
@@ -60,8 +61,8 @@ func TestPrestartWaitsUnderItsLimits(t *testing.T) {
 	if b, _ := os.ReadFile("/proc/" + pid + "/oom_score_adj"); strings.TrimSpace(string(b)) != "1000" {
 		t.Errorf("oom_score_adj = %q, want 1000", b)
 	}
-	// state, ppid, pgrp, ..., nice (fields 3, 4, 5 and 19 of stat(5)); it
-	// runs a moment after it says it is ready, into its read.
+	// state, ppid, pgrp, ..., nice, ..., policy (fields 3, 4, 5, 19 and 41
+	// of stat(5)); it runs a moment after it says it is ready, into its read.
 	var f []string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		stat, _ := os.ReadFile("/proc/" + pid + "/stat")
@@ -69,8 +70,9 @@ func TestPrestartWaitsUnderItsLimits(t *testing.T) {
 			break
 		}
 	}
-	if f[0] != "S" || f[1] != strconv.Itoa(os.Getpid()) || f[2] != pid || f[16] != "7" {
-		t.Errorf("state %s ppid %s pgrp %s nice %s; want S (asleep), us, its own group, 7", f[0], f[1], f[2], f[16])
+	const schedIdle = "5" // SCHED_IDLE, <linux/sched.h>
+	if f[0] != "S" || f[1] != strconv.Itoa(os.Getpid()) || f[2] != pid || f[16] != "7" || f[38] != schedIdle {
+		t.Errorf("state %s ppid %s pgrp %s nice %s policy %s; want S (asleep), us, its own group, 7, %s (SCHED_IDLE)", f[0], f[1], f[2], f[16], f[38], schedIdle)
 	}
 	if err := p.Close(); err != nil {
 		t.Errorf("Close = %v, want nil for an interpreter that was waiting", err)
