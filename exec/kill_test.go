@@ -361,3 +361,76 @@ func TestKilledRunDoesNotHoldTheAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestKilledInterpreterBeforeItsJobDoesNotHoldTheAnswer: in a pod, a
+// pre-started python3 killed at the deadline before it took its job (here:
+// frozen in a cgroup v1 freezer while it waits, so that it cannot read the
+// code, and its SIGKILL waits for the thaw) holds its end of the job's
+// socket until it exits. The answer still comes within deathGrace of the
+// timeout: it does not wait for the socket to end.
+func TestKilledInterpreterBeforeItsJobDoesNotHoldTheAnswer(t *testing.T) {
+	freezer := "/sys/fs/cgroup/freezer"
+	if _, err := os.Stat(freezer + "/cgroup.procs"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and the cgroup v1 freezer (v2's lets SIGKILL through)")
+	}
+	asPodInit(t, "TestKilledInterpreterBeforeItsJobDoesNotHoldTheAnswer", func(t *testing.T) {
+		cg := filepath.Join(freezer, "sandbox-exec-test-"+strconv.Itoa(os.Getppid())+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		if err := os.Mkdir(cg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = os.WriteFile(cg+"/freezer.state", []byte("THAWED"), 0o644)
+			_, _ = reapAll(context.Background())
+			for range 100 {
+				if os.Remove(cg) == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		p, err := Prestart(Options{Dir: t.TempDir(), Nice: 19, IdleCPU: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		select {
+		case <-p.Ready():
+		case <-time.After(20 * time.Second):
+			t.Fatal("not ready after 20s")
+		}
+		if err := os.WriteFile(cg+"/cgroup.procs", []byte(strconv.Itoa(p.Pid())), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cg+"/freezer.state", []byte("FROZEN"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		const timeout = time.Second
+		type answer struct {
+			res Result
+			err error
+		}
+		answered := make(chan answer, 1)
+		start := time.Now()
+		go func() {
+			res, err := p.Run(context.Background(), Job{Code: "print('ran')", Timeout: timeout})
+			answered <- answer{res, err}
+		}()
+		limit := timeout + deathGrace + time.Second
+		select {
+		case a := <-answered:
+			took := time.Since(start)
+			t.Logf("answered after %s: %+v, %v", took, a.res, a.err)
+			if a.err != nil || !a.res.TimedOut || strings.Contains(a.res.Stdout, "ran") {
+				t.Errorf("want a timed-out run that ran nothing: %+v, %v", a.res, a.err)
+			}
+			if took > limit {
+				t.Errorf("answered after %s, beyond the timeout and the grace (%s)", took, limit)
+			}
+		case <-time.After(limit + 5*time.Second):
+			t.Fatalf("no answer %s after the start: the frozen interpreter holds it", limit+5*time.Second)
+		}
+		if err := syscall.Kill(p.Pid(), 0); err != nil {
+			t.Errorf("control: the killed interpreter had gone when Run returned (kill 0: %v), so the freezer held nothing", err)
+		}
+	})
+}

@@ -226,6 +226,13 @@ func (p *Interp) run(ctx context.Context, job Job) (Result, error) {
 	// The child is gone: a message it did not read is dropped, and the
 	// socket ends once the monitor has read what the preamble wrote.
 	p.ctl.SetWriteDeadline(time.Now())
+	if !end.reaped {
+		// Killed and still exiting (a PID namespace's init answers without
+		// waiting for that, see deathGrace): one that had not taken the job
+		// holds its end of the socket until its exit, which must not hold
+		// the answer either. What it wrote before is read at once.
+		p.ctl.SetReadDeadline(time.Now().Add(dyingDrain))
+	}
 	<-fed
 	<-p.monitored
 	if !isClosed(p.took) && !end.timedOut && !end.cancelled && end.setupErr == nil {
