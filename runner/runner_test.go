@@ -109,6 +109,22 @@ func TestOneJobThenExit(t *testing.T) {
 	}
 }
 
+// TestWaitedSnippetYieldsToItsRunner: the runner's python3, started before
+// its job and waiting for it, runs the job as a fresh run would: nice 19,
+// SCHED_IDLE, the OOM killer's first choice and 1,024 open files at most.
+func TestWaitedSnippetYieldsToItsRunner(t *testing.T) {
+	url, _ := start(t)
+	time.Sleep(100 * time.Millisecond) // it waits, as in a warm pod
+	code, body := do(t, "POST", url+"/v1/execute", `{"code": "import os, resource as r\nprint(os.nice(0), os.sched_getscheduler(0) == os.SCHED_IDLE, open('/proc/self/oom_score_adj').read().strip(), *r.getrlimit(r.RLIMIT_NOFILE))", "timeout_s": 5}`)
+	var res exec.Result
+	if err := json.Unmarshal([]byte(body), &res); code != 200 || err != nil {
+		t.Fatalf("execute: %d %s (%v)", code, body, err)
+	}
+	if want := strconv.Itoa(snippetNice) + " True 1000 1024 1024\n"; res.Stdout != want {
+		t.Errorf("nice, SCHED_IDLE, oom_score_adj and RLIMIT_NOFILE = %q, stderr %q; want %q", res.Stdout, res.Stderr, want)
+	}
+}
+
 func TestSecondJobConflicts(t *testing.T) {
 	url, ran := start(t)
 	first := make(chan int, 1)
