@@ -75,10 +75,11 @@ const deathGrace = time.Second
 // sweep kills every process descended from this one except the trees of
 // other live runs' children. own, when not 0, is the live child of the
 // calling run: it is killed too but left for os/exec to reap, and the sweep
-// ends when only it remains. settled is false only in a PID namespace's
-// init (see reapAll) when killed processes were still exiting at ctx's end.
+// ends when only it remains. A PID namespace's init reaps instead (see
+// reapAll), so own must be 0 there; settled is false only then, when killed
+// processes were still exiting at ctx's end.
 func sweep(ctx context.Context, own int) (settled bool, err error) {
-	if os.Getpid() == 1 && own == 0 {
+	if os.Getpid() == 1 {
 		return reapAll(ctx)
 	}
 	return true, walkAndKill(ctx, own)
@@ -136,9 +137,6 @@ func walkAndKill(ctx context.Context, own int) error {
 	self := os.Getpid()
 	live.Lock()
 	defer live.Unlock()
-	if self == 1 {
-		killAll()
-	}
 	pause := 50 * time.Microsecond
 	for range sweepRoundLimit {
 		tops, err := childrenOf(self)

@@ -458,7 +458,7 @@ func classify(res *Result, c *child, end ending, opts Options, timeout time.Dura
 	case end.timedOut:
 		res.ExitCode = -1
 		res.TimedOut = true
-		res.Stderr = appendLine(res.Stderr, "timed out after "+formatSeconds(timeout)+"\n")
+		res.Stderr = appendLine(res.Stderr, TimedOutLine(timeout))
 	case end.cancelled:
 	case c.sb != nil:
 		// Only the kernel's own count: an exit code of 137 or a SIGKILL
@@ -524,6 +524,11 @@ func appendLine(s, line string) string {
 		s += "\n"
 	}
 	return s + line
+}
+
+// TimedOutLine is the line a timed-out run's stderr ends with.
+func TimedOutLine(timeout time.Duration) string {
+	return "timed out after " + formatSeconds(timeout) + "\n"
 }
 
 // formatSeconds writes d in seconds: "2", or "0.5" for a fraction.

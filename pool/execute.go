@@ -21,11 +21,26 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 // runSlack is what a run may take beyond the job's own timeout before the
 // pool stops waiting for the runner: its kill, reaping and answer.
 const runSlack = 15 * time.Second
+
+// answerGrace is how long past the job's timeout the pool waits for the
+// runner's answer before it answers in the runner's place. The runner kills
+// the run at its deadline and answers within a few hundred milliseconds (it
+// waits at most a second for the killed processes to exit). But its timer
+// needs the pod's CPU, and a snippet can keep the node's kernel busy enough
+// to hold it: a fork bomb failing forks at its process limit on a 2-CPU
+// kind node kept the runner's timer 3.3 s late. The client does not wait
+// for that: the pool answers with a timed-out result, and deleting the pod
+// (no grace period) has the kubelet kill whatever is left of the run.
+const answerGrace = 1500 * time.Millisecond
+
+// errOverdue ends a run's request when answerGrace is over.
+var errOverdue = errors.New("the runner did not answer in time after the job's timeout")
 
 // oomStderr is the line a run killed with its pod for memory gets.
 const oomStderr = "sandbox: the run exceeded the sandbox memory limit (" + kube.SnippetMemory + ") and the pod was killed (out of memory)\n"
@@ -138,6 +153,13 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	defer cancel()
 	rctx, died := context.WithCancelCause(rctx)
 	defer p.watchRun(rctx, pod.Name, died)()
+	// A weakened runner that kills only the run's leader must show what
+	// that costs (its answer waits for the tree), so the pool does not
+	// step in for it.
+	if !p.opts.Pod.Unsafe.Has(weaken.KillLeaderOnly) {
+		overdue := time.AfterFunc(timeout+answerGrace, func() { died(errOverdue) })
+		defer overdue.Stop()
+	}
 	// The claim is recorded on the pod once the job is written to the runner:
 	// off the request path, and only for a pod that really got a job.
 	traced := httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
@@ -161,6 +183,8 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 			return exec.Result{}, &notDelivered{pod: pod.Name, err: err}
 		case ctx.Err() != nil:
 			return exec.Result{}, ctx.Err()
+		case errors.Is(context.Cause(rctx), errOverdue):
+			return p.overdue(pod.Name, start, timeout), nil
 		}
 		return p.verdict(ctx, pod.Name, start, err)
 	}
@@ -189,6 +213,9 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 		if ctx.Err() != nil {
 			return exec.Result{}, ctx.Err()
 		}
+		if errors.Is(context.Cause(rctx), errOverdue) {
+			return p.overdue(pod.Name, start, timeout), nil
+		}
 		return p.verdict(ctx, pod.Name, start, fmt.Errorf("read runner answer: %w", err))
 	}
 	if res.SandboxID != "" && res.SandboxID != pod.Name {
@@ -200,6 +227,22 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	}
 	res.SandboxID = pod.Name
 	return res, nil
+}
+
+// overdue is the answer the pool gives when the runner of pod name has not
+// answered answerGrace after the job's timeout: a timed-out run whose
+// output is lost. Execute then deletes the pod, and the run with it.
+func (p *Pool) overdue(name string, start time.Time, timeout time.Duration) exec.Result {
+	p.m.overdue.Inc()
+	p.log.Warn("the runner did not answer in time after the job's timeout; answering for it", "pod", name, "timeout", timeout, "grace", answerGrace)
+	return exec.Result{
+		SandboxID: name,
+		Stderr: exec.TimedOutLine(timeout) + fmt.Sprintf("sandbox: the runner did not answer within %s after the timeout "+
+			"(the run had kept its pod from the CPU), so the run's output is lost; the pod was deleted\n", answerGrace),
+		ExitCode:   -1,
+		DurationMS: time.Since(start).Milliseconds(),
+		TimedOut:   true,
+	}
 }
 
 // watchRun ends a run's request, with the pod's death as the cause, as

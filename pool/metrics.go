@@ -21,6 +21,7 @@ type metrics struct {
 	orphans       prometheus.Counter
 	unreachable   prometheus.Counter
 	podDeaths     prometheus.Counter
+	overdue       prometheus.Counter
 	createErrors  prometheus.Counter
 	unsealed      prometheus.Gauge
 }
@@ -81,6 +82,10 @@ func newMetrics() *metrics {
 			Name: "sandbox_pool_pod_deaths_total",
 			Help: "Sandbox pods that died during a run (out of memory, evicted, deleted, node lost).",
 		}),
+		overdue: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbox_pool_runner_overdue_total",
+			Help: fmt.Sprintf("Runs whose runner had not answered %s after the job's timeout; the pool answered timed out in its place.", answerGrace),
+		}),
 		createErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbox_pool_create_errors_total",
 			Help: "Failed attempts to create a sandbox pod.",
@@ -93,7 +98,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ready, m.target, m.floor, m.max, m.targetChanges, m.claimRate, m.startEstimate, m.recordErrors, m.claimWait, m.podStartup, m.orphans, m.unreachable, m.podDeaths, m.createErrors, m.unsealed}
+	return []prometheus.Collector{m.ready, m.target, m.floor, m.max, m.targetChanges, m.claimRate, m.startEstimate, m.recordErrors, m.claimWait, m.podStartup, m.orphans, m.unreachable, m.podDeaths, m.overdue, m.createErrors, m.unsealed}
 }
 
 // RegisterMetrics adds the pool's metrics to reg; the server calls it with

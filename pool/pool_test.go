@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/weaken"
 )
 
 func TestExecuteUsesWarmPodOnceAndRefills(t *testing.T) {
@@ -275,6 +277,66 @@ func TestRunnerDeathEndsTheRunAtOnce(t *testing.T) {
 	}
 	if took > 5*time.Second {
 		t.Fatalf("answered after %s: the pool waited for its deadline instead of the pod's status", took)
+	}
+}
+
+// TestOverdueRunnerIsAnsweredFor: a runner that never answers its job (its
+// pod starved of CPU) gets a timed-out answer from the pool answerGrace
+// after the timeout, and its pod is deleted. With the kill-leader-only
+// weakening the pool waits for the runner, as a naive service would: the
+// control, whose runner answers late and is heard.
+func TestOverdueRunnerIsAnsweredFor(t *testing.T) {
+	const timeout = time.Second
+	late := timeout + answerGrace + time.Second
+	silent := func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(late):
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"stdout":"late\n","exit_code":-1,"timed_out":true}`)
+	}
+	for _, weakened := range []bool{false, true} {
+		t.Run(fmt.Sprintf("weakened=%v", weakened), func(t *testing.T) {
+			e := newEnv(t, nil, func(o *Options) {
+				if weakened {
+					o.Pod.Unsafe, _ = weaken.Parse([]string{string(weaken.KillLeaderOnly)}, false)
+				}
+			}).start()
+			e.waitWarm(3)
+			e.setRunner(silent)
+			start := time.Now()
+			res, err := e.pool.Execute(t.Context(), exec.Job{Code: "x", Timeout: timeout})
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("err = %v, want a result", err)
+			}
+			if weakened {
+				if res.Stdout != "late\n" || took < late {
+					t.Fatalf("after %s: %+v; want the weakened runner's own late answer", took, res)
+				}
+				return
+			}
+			if !res.TimedOut || res.ExitCode != -1 || !strings.HasPrefix(res.Stderr, exec.TimedOutLine(timeout)) || !strings.Contains(res.Stderr, "did not answer") {
+				t.Fatalf("result %+v; want a timed-out answer that says the runner did not answer", res)
+			}
+			if took < timeout+answerGrace || took > late {
+				t.Fatalf("answered after %s; want between %s and %s", took, timeout+answerGrace, late)
+			}
+			if got := testutil.ToFloat64(e.pool.m.overdue); got != 1 {
+				t.Errorf("overdue counter = %v, want 1", got)
+			}
+			e.eventually("the overdue pod is deleted", func() bool {
+				for _, p := range e.pods() {
+					if p.Name == res.SandboxID {
+						return false
+					}
+				}
+				return true
+			})
+		})
 	}
 }
 

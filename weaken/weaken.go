@@ -20,8 +20,11 @@ const (
 	// identity and token checks must fail.
 	RootToken Name = "root-token"
 	// KillLeaderOnly makes the runner kill only python3 at the deadline, not
-	// its process tree: runner/timeout-kills-tree must fail. serve hands it
-	// to the pods' runner.
+	// its process tree, and the pool wait for the runner's answer however
+	// late, instead of answering for it and deleting the pod (which kills
+	// the tree another way): runner/timeout-kills-tree and
+	// runner/fork-bomb-answered must fail. serve hands it to the pods'
+	// runner.
 	KillLeaderOnly Name = "kill-leader-only"
 	// NeverReady makes the pods' runner listen on another port than the one
 	// its readiness probe and the pool use, so no pod of the pool ever gets
