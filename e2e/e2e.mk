@@ -37,7 +37,13 @@ e2e-images:
 e2e-tools-test:
 	cd e2e/tools && $(GO) vet ./cmd/... && $(GO) test -count=1 ./cmd/...
 
+# The suite's output is long (-v): its failures are repeated at the end, where
+# a reader of a CI log that kept only the tail still finds them.
 e2e: e2e-tools-test
-	@start=$$(date +%s); \
-	cd e2e && $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) $(if $(E2E_RUN),-run '$(E2E_RUN)') ./; \
-	rc=$$?; echo "e2e: $$(( $$(date +%s) - start ))s in all (exit $$rc)"; exit $$rc
+	@mkdir -p bin; start=$$(date +%s); \
+	{ cd e2e && $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) $(if $(E2E_RUN),-run '$(E2E_RUN)') ./ 2>&1; \
+	  echo $$? > $(CURDIR)/bin/e2e.rc; } | tee bin/e2e.log; \
+	rc=$$(cat bin/e2e.rc); echo "e2e: $$(( $$(date +%s) - start ))s in all (exit $$rc)"; \
+	if [ "$$rc" != 0 ]; then echo "e2e: what failed:"; \
+	  grep -E -- '--- FAIL|^FAIL|^panic:|_test\.go:[0-9]+: .*(want|expected|fail|error|got)' bin/e2e.log | head -60; fi; \
+	exit $$rc
