@@ -39,9 +39,8 @@ const (
 
 // removePolicies deletes the namespace's NetworkPolicies and returns the
 // function that puts the very same ones back.
-func removePolicies(ctx context.Context, t *testing.T) func() {
+func removePolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface) func() {
 	t.Helper()
-	cs := clientset(ctx, t)
 	l, err := cs.NetworkingV1().NetworkPolicies(kindenv.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -219,15 +218,26 @@ type (
 // answers 503 "the network is not sealed" and stays in its Service; then
 // the policies come back and the pools are warm again.
 func TestUnsealedNetworkNeverReady(t *testing.T) {
-	f := features.New("without NetworkPolicies no snippet pod is Ready, and serve says why").
+	testenv.Test(t, failsClosedFeature("without NetworkPolicies no snippet pod is Ready, and serve says why", removePolicies))
+}
+
+// failsClosedFeature takes the network's seal away with unseal (which
+// returns the function that puts it back), replaces the warm pods with pods
+// made without it, and asserts that none becomes Ready and that serve
+// answers the 503, stays Ready, counts and logs it; then it restores the
+// seal and waits for warm pools, so that later tests start from a working
+// deployment.
+func failsClosedFeature(name string, unseal func(context.Context, *testing.T, kubernetes.Interface) func()) features.Feature {
+	return features.New(name).
 		WithLabel("needs", "service").
 		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if err := ServiceErr(ctx); err != nil {
 				t.Fatal(err)
 			}
 			cs := clientset(ctx, t)
-			restore := removePolicies(ctx, t)
-			ctx = context.WithValue(ctx, unsealKey{}, restore)
+			ctx = context.WithValue(ctx, unsealKey{}, unseal(ctx, t, cs))
+			// Pods proven before the seal went may keep rules that
+			// outlive it: replace them with pods made without it.
 			deleteSnippetPods(ctx, t, cs)
 			return context.WithValue(ctx, cutKey{}, time.Now())
 		}).
@@ -247,7 +257,6 @@ func TestUnsealedNetworkNeverReady(t *testing.T) {
 			return ctx
 		}).
 		Feature()
-	testenv.Test(t, f)
 }
 
 // stopKubeRouter takes the NetworkPolicy engine off the node (a nodeSelector
@@ -318,36 +327,7 @@ func retryConflict(ctx context.Context, f func() error) error {
 // Ready, serve answers the 503 and stays Ready; then kube-router comes back
 // and the pools are warm again.
 func TestKubeRouterStopped(t *testing.T) {
-	f := features.New("with kube-router stopped no new snippet pod is Ready, and serve says why").
-		WithLabel("needs", "service").
-		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			if err := ServiceErr(ctx); err != nil {
-				t.Fatal(err)
-			}
-			cs := clientset(ctx, t)
-			ctx = context.WithValue(ctx, unsealKey{}, stopKubeRouter(ctx, t, cs))
-			// The warm pods were proven while the engine ran (its rules
-			// outlive it): replace them with pods it never saw.
-			deleteSnippetPods(ctx, t, cs)
-			return context.WithValue(ctx, cutKey{}, time.Now())
-		}).
-		Assess("no new pod is Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			neverReady(ctx, t, clientset(ctx, t), ctx.Value(cutKey{}).(time.Time), neverReadyWindow)
-			return ctx
-		}).
-		Assess("serve answers the 503, stays Ready, counts and logs it", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			assertFailsClosed(ctx, t, cfg, clientset(ctx, t))
-			return ctx
-		}).
-		Teardown(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			if restore, ok := ctx.Value(unsealKey{}).(func()); ok {
-				restore()
-			}
-			waitPoolsWarm(ctx, t, clientset(ctx, t))
-			return ctx
-		}).
-		Feature()
-	testenv.Test(t, f)
+	testenv.Test(t, failsClosedFeature("with kube-router stopped no new snippet pod is Ready, and serve says why", stopKubeRouter))
 }
 
 // readyOnProofRounds is how many pods TestReadyOnProofTiming times.

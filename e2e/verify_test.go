@@ -155,7 +155,7 @@ func TestVerifyWithoutNetworkPolicy(t *testing.T) {
 				}
 			}
 			ctx = context.WithValue(ctx, restoreKey{}, weaken(ctx, t, serveChange{args: []string{flag}}))
-			ctx = context.WithValue(ctx, policiesKey{}, removePolicies(ctx, t))
+			ctx = context.WithValue(ctx, policiesKey{}, removePolicies(ctx, t, clientset(ctx, t)))
 			time.Sleep(3 * time.Second) // the engine removes its rules within about a second
 			return ctx
 		}).
