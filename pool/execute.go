@@ -67,6 +67,7 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 		start := time.Now()
 		pod, err := p.claim(ctx, deadline)
 		p.m.claimWait.Observe(time.Since(start).Seconds())
+		api.TimingOf(ctx).Add(api.TimingClaim, time.Since(start))
 		if err != nil {
 			if lastErr != nil && errors.Is(err, api.ErrNoCapacity) {
 				// Nothing ran, and the wait is over: the documented 503,
@@ -176,6 +177,8 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	req.Header.Set("Content-Type", "application/json")
 
 	start := time.Now()
+	timing := api.TimingOf(ctx)
+	defer func() { timing.Add(api.TimingRunner, time.Since(start)) }()
 	resp, err := p.http.Do(req)
 	if err != nil {
 		switch {
@@ -207,6 +210,9 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	default:
 		return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
 			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
+	}
+	if ms, ok := api.ParseServerTiming(resp.Header.Get(api.ServerTiming))[api.TimingRunnerJob]; ok {
+		timing.Add(api.TimingRunnerJob, time.Duration(ms*float64(time.Millisecond)))
 	}
 	var res exec.Result
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResultBytes)).Decode(&res); err != nil {

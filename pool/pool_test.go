@@ -649,3 +649,26 @@ func TestRunnerNamesAnotherPod(t *testing.T) {
 		t.Fatalf("got %+v, %v", res, err)
 	}
 }
+
+// TestExecuteTiming: the pool times the claim and the runner's round trip,
+// and passes on the runner's own figure, in the request's Timing.
+func TestExecuteTiming(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	e.handler.Store(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		w.Header().Set(api.ServerTiming, api.TimingRunnerJob+";dur=12.5")
+		okRunner(w, r)
+	}))
+	ctx, timing := api.WithTiming(context.Background())
+	if _, err := e.pool.Execute(ctx, exec.Job{Code: "print(1)", Timeout: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	got := api.ParseServerTiming(timing.Header())
+	if _, ok := got[api.TimingClaim]; !ok {
+		t.Errorf("no %s in %v", api.TimingClaim, got)
+	}
+	if got[api.TimingRunner] < 20 || got[api.TimingRunnerJob] != 12.5 {
+		t.Errorf("timing %v: want %s of at least 20 ms and the runner's %s of 12.5 ms", got, api.TimingRunner, api.TimingRunnerJob)
+	}
+}

@@ -373,6 +373,7 @@ func (s *Server) closeResolver() {
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
 	if s.unsealed(w) {
 		return
 	}
@@ -425,6 +426,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Info("execution", "outcome", api.OutcomeOf(res))
+	var timing api.Timing
+	timing.Add(api.TimingRunnerJob, time.Since(began))
+	w.Header().Set(api.ServerTiming, timing.Header())
 	api.WriteJSON(w, http.StatusOK, res)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()

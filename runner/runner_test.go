@@ -278,3 +278,26 @@ func assertGone(t *testing.T, file string) {
 		t.Errorf("process %d still there (kill 0: %v)", pid, err)
 	}
 }
+
+// TestJobTimingHeader: the runner says in Server-Timing how long its handler
+// took for the job, which serve passes on (make bench-kind reads it).
+func TestJobTimingHeader(t *testing.T) {
+	url, _ := start(t)
+	req, err := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/execute", strings.NewReader(`{"code": "import time; time.sleep(0.05)"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res exec.Result
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("execute: %d (%v)", resp.StatusCode, err)
+	}
+	ms, ok := api.ParseServerTiming(resp.Header.Get(api.ServerTiming))[api.TimingRunnerJob]
+	if !ok || ms < 50 || ms < float64(res.DurationMS) {
+		t.Errorf("Server-Timing %q: want %s of at least the run's %d ms (and the 50 ms sleep)", resp.Header.Get(api.ServerTiming), api.TimingRunnerJob, res.DurationMS)
+	}
+}

@@ -111,7 +111,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.job, e.reached = job, true
-	res, err := s.opts.Backend.Execute(r.Context(), job)
+	ctx, timing := api.WithTiming(r.Context())
+	res, err := s.opts.Backend.Execute(ctx, job)
+	timing.Add(api.TimingTotal, time.Since(e.began))
+	w.Header().Set(api.ServerTiming, timing.Header())
 	if err != nil {
 		e.err = err
 		e.status, e.outcome = s.writeErr(r.Context(), w, err)

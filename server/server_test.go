@@ -117,6 +117,9 @@ func TestExecuteOK(t *testing.T) {
 	if strings.Contains(logs.String(), "SECRET-CODE") {
 		t.Errorf("the log holds the code: %s", logs)
 	}
+	if _, ok := api.ParseServerTiming(rec.Header().Get(api.ServerTiming))[api.TimingTotal]; !ok {
+		t.Errorf("Server-Timing %q has no %s", rec.Header().Get(api.ServerTiming), api.TimingTotal)
+	}
 }
 
 func TestExecuteOutcomes(t *testing.T) {

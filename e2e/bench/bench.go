@@ -375,6 +375,9 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 		b.rows = append(b.rows, Row{What: fmt.Sprintf("warm /v1/execute, concurrency %d", c), MS: latencies(all, false),
 			Rate: fmt.Sprintf("%.1f exec/s", Percentile(rates, 50)),
 			Note: fmt.Sprintf("%d rounds of %d at once on full pools, via the Service; rate: median round", b.o.Rounds[c], c) + failures(all)})
+		if c == 1 {
+			b.rows = append(b.rows, Breakdown(all)...)
+		}
 	}
 	b.rows = append(b.rows,
 		Row{What: "pool refill: request to a new Ready pod", MS: refills, Note: "per concurrency-1 round, the replica that ran it"},

@@ -21,7 +21,8 @@ const localPort = 18080
 // the client pod. Every request is POST /v1/execute of print(1) on a new
 // connection; each answer is one JSON line. "sent" and "done" are the wall
 // clock: the kind node is a container on the bench's own host, so they
-// compare with the bench's clock (the refill times use that).
+// compare with the bench's clock (the refill times use that). "timing" is
+// the answer's Server-Timing parts and its duration_ms as "run".
 //
 //	floor N            time N bare `python3 -c 'print(1)'` runs, spawn to exit
 //	load URL N C       N requests, C at a time (all C leave at once)
@@ -32,6 +33,14 @@ lock = threading.Lock()
 def emit(r):
     with lock:
         print(json.dumps(r), flush=True)
+def timing(h):
+    parts = {}
+    for entry in h.split(","):
+        name, *params = [f.strip() for f in entry.split(";")]
+        for p in params:
+            if p.startswith("dur="):
+                parts[name] = float(p[4:])
+    return parts
 def post(url):
     body = json.dumps({"code": "print(1)", "timeout_s": 10}).encode()
     req = urllib.request.Request(url + "/v1/execute", data=body, headers={"Content-Type": "application/json"})
@@ -41,6 +50,9 @@ def post(url):
         with urllib.request.urlopen(req, timeout=90) as r:
             b = json.loads(r.read())
             out.update(status=r.status, id=b.get("sandbox_id") or "", ok=b.get("exit_code") == 0 and b.get("stdout") == "1\n")
+            out["timing"] = timing(r.headers.get("Server-Timing") or "")
+            if "duration_ms" in b:
+                out["timing"]["run"] = b["duration_ms"]
     except urllib.error.HTTPError as e:
         raw = e.read()
         out.update(status=e.code, ok=False, error=raw[:200].decode("utf-8", "replace"))

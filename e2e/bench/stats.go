@@ -19,6 +19,9 @@ type Sample struct {
 	Sent   float64 `json:"sent,omitempty"`   // wall clock (Unix seconds) the request left
 	Done   float64 `json:"done,omitempty"`   // wall clock its answer arrived
 	Error  string  `json:"error,omitempty"`
+	// Timing is where an execution's time went, in ms, as serve's
+	// Server-Timing header and the answer's duration_ms ("run") say.
+	Timing map[string]float64 `json:"timing,omitempty"`
 }
 
 // Percentile is the nearest-rank p-th percentile (0 < p <= 100) of xs,
@@ -66,4 +69,60 @@ func ms(v float64) string {
 	default:
 		return fmt.Sprintf("%.0f", v)
 	}
+}
+
+// The parts of a warm execution, each a difference of two figures of one
+// sample: what the client saw, serve's total, its claim and its round trip
+// to the runner, the runner's handler, the snippet's run.
+var parts = []struct {
+	what     string
+	from, to string // the part is from minus to; "" is the client's ms, or nothing
+}{
+	{"client <-> serve: HTTP through the Service", "", "total"},
+	{"serve: the claim", "claim", ""},
+	{"serve: the rest of its work", "total", "claim+runner"},
+	{"serve <-> runner: HTTP to the pod", "runner", "runner_job"},
+	{"runner: its work around the run", "runner_job", "run"},
+	{"the snippet's run (duration_ms)", "run", ""},
+}
+
+// Breakdown splits the correct samples' latencies into the parts above, a
+// row each (rows without every figure are left out), so that a table shows
+// where a warm execution's time goes.
+func Breakdown(samples []Sample) []Row {
+	get := func(s Sample, names string) (float64, bool) {
+		if names == "" {
+			return 0, true
+		}
+		sum := 0.0
+		for n := range strings.SplitSeq(names, "+") {
+			v, ok := s.Timing[n]
+			if !ok {
+				return 0, false
+			}
+			sum += v
+		}
+		return sum, true
+	}
+	var rows []Row
+	for _, p := range parts {
+		var xs []float64
+		for _, s := range samples {
+			if !s.OK {
+				continue
+			}
+			from, ok1 := s.MS, true
+			if p.from != "" {
+				from, ok1 = get(s, p.from)
+			}
+			to, ok2 := get(s, p.to)
+			if ok1 && ok2 {
+				xs = append(xs, from-to)
+			}
+		}
+		if len(xs) > 0 {
+			rows = append(rows, Row{What: "  part: " + p.what, MS: xs})
+		}
+	}
+	return rows
 }

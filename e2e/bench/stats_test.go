@@ -61,3 +61,21 @@ func TestDrawLatencies(t *testing.T) {
 		t.Fatalf("%s is not a PNG (%d bytes)", path, len(b))
 	}
 }
+
+func TestBreakdown(t *testing.T) {
+	s := []Sample{
+		{OK: true, MS: 50, Timing: map[string]float64{"total": 40, "claim": 1, "runner": 35, "runner_job": 20, "run": 12}},
+		{OK: false, MS: 9000},
+		{OK: true, MS: 60}, // an answer without Server-Timing: no parts
+	}
+	rows := Breakdown(s)
+	want := []float64{10, 1, 4, 15, 8, 12}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
+	}
+	for i, r := range rows {
+		if len(r.MS) != 1 || r.MS[0] != want[i] {
+			t.Errorf("%s: %v, want [%v]", r.What, r.MS, want[i])
+		}
+	}
+}
