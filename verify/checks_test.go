@@ -595,18 +595,17 @@ func TestInsideGolden(t *testing.T) {
 }
 
 func TestJudgeForkBombAnswer(t *testing.T) {
-	limits := `{"probe": "bomb-limits", "pids_max": "1024", "rlimit_nproc": 960}` + "\n"
 	for _, tc := range []struct {
 		name string
 		a    *answer
 		err  error
 		want Status
 	}{
-		{"timed out in time", treeAnswer(limits, "timed out after 5s\n", -1, true, 6200), nil, Pass},
-		{"answered late", treeAnswer(limits, "timed out after 5s\n", -1, true, 9000), nil, Fail},
+		{"timed out in time", treeAnswer("", "timed out after 5s\n", -1, true, 6200), nil, Pass},
+		{"answered late", treeAnswer("", "timed out after 5s\n", -1, true, 9000), nil, Fail},
 		{"the runner died", &answer{Status: 502, Err: "sandbox pod x died during the run: the runner exited with code 2", Elapsed: 3 * time.Second}, nil, Fail},
 		{"no answer", nil, errors.New("context deadline exceeded"), Fail},
-		{"ended cleanly", treeAnswer(limits, "", 0, false, 100), nil, Fail},
+		{"ended cleanly", treeAnswer("", "", 0, false, 100), nil, Fail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := judgeForkBombAnswer(tc.a, tc.err, "a warm pod after 0s"); got.Status != tc.want {
@@ -618,7 +617,7 @@ func TestJudgeForkBombAnswer(t *testing.T) {
 
 func TestJudgeProcessLimit(t *testing.T) {
 	line := func(pids string, nproc int) *answer {
-		return treeAnswer(fmt.Sprintf(`{"probe": "bomb-limits", "pids_max": %q, "rlimit_nproc": %d}`+"\n", pids, nproc), "", -1, true, 5000)
+		return treeAnswer(fmt.Sprintf(`{"probe": "process-limits", "pids_max": %q, "rlimit_nproc": %d}`+"\n", pids, nproc), "", 0, false, 80)
 	}
 	unknown := errors.New("forbidden")
 	for _, tc := range []struct {
@@ -635,7 +634,7 @@ func TestJudgeProcessLimit(t *testing.T) {
 		{"inside view: reserve below pids.max", line("1024", 960), nil, unknown, Pass},
 		{"inside view: no pod limit", line("max", 1024), nil, unknown, Fail},
 		{"inside view: snippet may take the whole pod", line("1024", 1024), nil, unknown, Fail},
-		{"no limits line", treeAnswer("", "", -1, true, 5000), map[string]int64{"n1": 1024}, nil, Fail},
+		{"no limits line", treeAnswer("", "", 0, false, 80), map[string]int64{"n1": 1024}, nil, Fail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := judgeProcessLimit(tc.a, nil, tc.kubelet, tc.kerr); got.Status != tc.want {

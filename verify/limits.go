@@ -313,6 +313,7 @@ print(json.dumps({"probe": "fork", "forked": len(pids), "cap": %d, "error": err,
 	waited := e.waitWarm(ctx)
 	a, err = e.execute(ctx, forkBombCode, bombTimeoutS)
 	out = append(out, judgeForkBombAnswer(a, err, waited))
+	a, err = e.execute(ctx, processLimitsCode, 20)
 	limits, lerr := e.kubeletPidsLimits(ctx)
 	return append(out, judgeProcessLimit(a, err, limits, lerr))
 }
@@ -344,17 +345,23 @@ func (e *env) kubeletPidsLimits(ctx context.Context) (map[string]int64, error) {
 	return out, nil
 }
 
-// forkBombCode reports the limits it sees, then forks without end.
-const forkBombCode = `import json, os, resource
+// processLimitsCode reports the process limits a snippet sees. It runs
+// apart from the fork bomb: a bomb's output may be lost (serve answers for
+// a runner the bomb kept from the CPU), and every pod has the same limits.
+const processLimitsCode = `import json, os, resource
 def rd(p):
     try:
         with open(p) as f:
             return f.read().strip()
     except OSError as e:
         return "unreadable: %s" % e.strerror
-print(json.dumps({"probe": "bomb-limits",
+print(json.dumps({"probe": "process-limits",
     "pids_max": rd("/sys/fs/cgroup/pids.max") if os.path.exists("/sys/fs/cgroup/pids.max") else rd("/sys/fs/cgroup/pids/pids.max"),
     "rlimit_nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0]}), flush=True)
+`
+
+// forkBombCode forks without end, ignoring failures.
+const forkBombCode = `import os
 while True:
     try:
         os.fork()
@@ -397,7 +404,7 @@ func judgeForkBombAnswer(a *answer, err error, waited string) Result {
 // smallest over the nodes), else the pids.max the bomb saw from inside.
 func judgeProcessLimit(a *answer, err error, kubelet map[string]int64, kerr error) Result {
 	const name = "runner/process-limit"
-	line, perr := snippetJSON(a, err, "bomb-limits")
+	line, perr := snippetJSON(a, err, "process-limits")
 	if perr != nil {
 		return result(name, "21", Fail, "%v", perr)
 	}
