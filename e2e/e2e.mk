@@ -1,6 +1,6 @@
 # The offline kind cluster, its images and the e2e suite.
 # Everything is built on this machine and cached under $(SANDBOX_E2E_CACHE)
-# (default /var/cache/sandbox-e2e): the first run takes 30-40 minutes, later
+# (default /var/cache/sandbox-e2e): the first run builds for about 14 minutes, later
 # ones a few.
 #
 #   make kind-up     build what is missing, create (or reuse) cluster "sandbox", deploy the service
