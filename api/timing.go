@@ -17,7 +17,7 @@ const ServerTiming = "Server-Timing"
 
 // The parts of an execution that serve and the runner time.
 const (
-	TimingTotal     = "total"      // serve: the request, decode to answer
+	TimingTotal     = "total"      // serve: the request, arrival to answer
 	TimingClaim     = "claim"      // serve: getting a warm pod
 	TimingRunner    = "runner"     // serve: POST to the runner until its answer is read
 	TimingRunnerJob = "runner_job" // the runner: its handler, the job's decode to its answer
