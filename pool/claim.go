@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -69,11 +70,11 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 
 	p.mu.Lock()
 	p.targeter.claimed(p.clock.Now())
-	waiting := false
+	var me *waiter
 	defer func() {
-		if waiting {
+		if me != nil {
 			p.mu.Lock()
-			p.waiting--
+			p.leaveLocked(me)
 			p.mu.Unlock()
 		}
 	}()
@@ -82,13 +83,17 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 			p.mu.Unlock()
 			return nil, errShuttingDown
 		}
-		pod := p.takeLocked(time.Now())
+		pod := p.takeLocked(time.Now(), p.queuePosLocked(me))
+		if pod != nil && me != nil {
+			p.leaveLocked(me)
+			me = nil
+		}
 		unsealed := p.sealErrorLocked()
-		if pod == nil && unsealed == nil && !waiting {
+		if pod == nil && unsealed == nil && me == nil {
 			// One refused at once for the seal fault (below) does not wait,
 			// and so does not grow the target for pods that cannot be used.
-			waiting = true
-			p.waiting++
+			me = &waiter{}
+			p.waiters = append(p.waiters, me)
 		}
 		grew := p.retargetLocked()
 		changed := p.changed
@@ -112,11 +117,46 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 	}
 }
 
+// A waiter is a request waiting for a pod. Pods go to waiters in the order
+// they came, and a request that finds others waiting queues behind them:
+// with every waiter woken on each pod event, whoever got the lock first
+// would win, and under a steady overload some requests would lose race
+// after race until their wait ran out (503) while later ones were served.
+// In order, a request waits about as long as the pods ahead of it take to
+// start.
+type waiter struct {
+	_ byte // not empty, so that each waiter has an address of its own
+}
+
+// queuePosLocked is how many requests are ahead of me: all the waiters when
+// me is nil (a request that has not queued yet).
+func (p *Pool) queuePosLocked(me *waiter) int {
+	if me == nil {
+		return len(p.waiters)
+	}
+	return slices.Index(p.waiters, me)
+}
+
+// leaveLocked takes me out of the queue. Those behind it move up, and a
+// pod it was not there to take may now be theirs, so they are woken.
+func (p *Pool) leaveLocked(me *waiter) {
+	i := slices.Index(p.waiters, me)
+	if i < 0 {
+		return
+	}
+	p.waiters = slices.Delete(p.waiters, i, i+1)
+	if i < len(p.waiters) {
+		p.broadcastLocked()
+	}
+}
+
 // takeLocked hands out the available pod closest to its deadline (the
-// oldest), marking it in use and spent, or returns nil.
-func (p *Pool) takeLocked(now time.Time) *corev1.Pod {
+// oldest), marking it in use and spent, to a request with ahead requests
+// before it in the queue: only when there are pods for all of them too. It
+// returns nil when there is none for it.
+func (p *Pool) takeLocked(now time.Time, ahead int) *corev1.Pod {
 	cands := p.candidatesLocked(now)
-	if len(cands) == 0 {
+	if len(cands) <= ahead {
 		return nil
 	}
 	pod := cands[0]
@@ -151,7 +191,7 @@ func (p *Pool) candidatesLocked(now time.Time) []*corev1.Pod {
 func (p *Pool) retargetLocked() (grew bool) {
 	now := p.clock.Now()
 	before := p.targeter.target
-	target, why := p.targeter.update(now, p.waiting)
+	target, why := p.targeter.update(now, len(p.waiters))
 	p.m.claimRate.Set(p.targeter.claimRate(now))
 	if why == "" {
 		return false
@@ -159,7 +199,7 @@ func (p *Pool) retargetLocked() (grew bool) {
 	p.m.target.Set(float64(target))
 	p.m.targetChanges.WithLabelValues(why).Inc()
 	p.log.Info("warm target moved", "from", before, "to", target, "reason", why,
-		"claim_rate", p.targeter.claimRate(now), "pod_start_s", p.targeter.start, "waiting", p.waiting)
+		"claim_rate", p.targeter.claimRate(now), "pod_start_s", p.targeter.start, "waiting", len(p.waiters))
 	return target > before
 }
 

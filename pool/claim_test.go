@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -447,4 +448,67 @@ func TestTwoReplicasNeverShareAPod(t *testing.T) {
 	if len(ran) != 24 {
 		t.Fatalf("%d distinct pods for 24 jobs", len(ran))
 	}
+}
+
+// Pods go to waiting requests in the order the requests came: with every
+// waiter woken on each pod event and the first to the lock winning, a
+// request could lose race after race under a steady overload and run out
+// its wait while later ones were served.
+func TestWaitersServedInOrder(t *testing.T) {
+	e := newEnv(t, nil, func(o *Options) { o.Max = 3 })
+	e.autoReady.Store(false)
+	e.start()
+	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
+	waiting := func() int {
+		e.pool.mu.Lock()
+		defer e.pool.mu.Unlock()
+		return len(e.pool.waiters)
+	}
+	type served struct {
+		request int
+		pod     string
+	}
+	got := make(chan served, 3)
+	for i := range 3 {
+		go func() {
+			res, err := e.execute("x")
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+			got <- served{i, res.SandboxID}
+		}()
+		e.eventually(fmt.Sprintf("%d requests waiting", i+1), func() bool { return waiting() == i+1 })
+	}
+	for i, pod := range e.pods() {
+		e.updatePod(pod.Name, setReady)
+		if s := <-got; s != (served{i, pod.Name}) {
+			t.Fatalf("pod %s, the %d-th made Ready, went to request %d (it got %q): want request %d", pod.Name, i+1, s.request, s.pod, i)
+		}
+	}
+	if w := waiting(); w != 0 {
+		t.Fatalf("%d requests still queued after they were served", w)
+	}
+}
+
+// A request that arrives while others wait queues behind them, even when a
+// pod is there for the first of them.
+func TestArrivalDoesNotJumpTheQueue(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	p := e.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ahead := []*waiter{{}, {}, {}}
+	p.waiters = append(p.waiters, ahead...)
+	if pod := p.takeLocked(time.Now(), p.queuePosLocked(nil)); pod != nil {
+		t.Fatalf("a new request took %s with 3 Ready pods and 3 requests ahead of it", pod.Name)
+	}
+	if pod := p.takeLocked(time.Now(), p.queuePosLocked(ahead[2])); pod == nil {
+		t.Fatal("the third in the queue got no pod with 3 Ready")
+	}
+	p.leaveLocked(ahead[2])
+	if got := p.queuePosLocked(ahead[1]); got != 1 {
+		t.Fatalf("the second waiter's position is %d, want 1", got)
+	}
+	p.waiters = nil
 }

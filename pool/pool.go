@@ -127,7 +127,7 @@ type Pool struct {
 	recording     map[string]chan struct{} // claims being written to their pod; closed when done
 	gone          map[string]*corev1.Pod   // last state of in-use pods deleted mid-run
 	targeter      *targeter
-	waiting       int                  // requests waiting for a pod
+	waiters       []*waiter            // requests waiting for a pod, oldest first: served in that order
 	createdAt     map[string]time.Time // for the create-to-Ready histogram
 	unschedulable map[string]bool      // pods already reported as unschedulable
 	changed       chan struct{}        // closed and replaced on every pod event
