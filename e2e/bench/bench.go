@@ -55,6 +55,9 @@ type Options struct {
 	OverloadConc  int
 	OverloadSkip  time.Duration // the start of the overload, left out of its rate
 	KeepNamespace bool
+	// Phases, when set, runs only the phases of these names (see Run for
+	// them); the table then has only their rows.
+	Phases []string
 }
 
 func (o *Options) defaults() {
@@ -140,10 +143,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer b.tearDown(ctx)
 
-	phases := []struct {
-		name string
-		run  func(context.Context) error
-	}{
+	phases := []phase{
 		{"floor", b.measureFloor},
 		{"warm", b.measureWarm},
 		{"kubectl run", b.measureKubectlRun},
@@ -154,8 +154,16 @@ func Run(ctx context.Context, o Options) (err error) {
 		{"serve memory", b.measureMemory},
 		{"target moves", b.measureTargetMoves},
 	}
+	for _, name := range o.Phases {
+		if !slices.ContainsFunc(phases, func(p phase) bool { return p.name == name }) {
+			return fmt.Errorf("no phase %q (the phases: %s)", name, phaseNames(phases))
+		}
+	}
 	start := time.Now()
 	for _, p := range phases {
+		if len(o.Phases) > 0 && !slices.Contains(o.Phases, p.name) {
+			continue
+		}
 		t := time.Now()
 		b.logf("=== %s", p.name)
 		if err := p.run(ctx); err != nil {
@@ -172,6 +180,19 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	b.meta["duration"] = time.Since(start).Round(time.Second).String()
 	return b.report()
+}
+
+type phase struct {
+	name string
+	run  func(context.Context) error
+}
+
+func phaseNames(ps []phase) string {
+	var names []string
+	for _, p := range ps {
+		names = append(names, strconv.Quote(p.name))
+	}
+	return strings.Join(names, ", ")
 }
 
 func (b *Bench) logf(format string, args ...any) {

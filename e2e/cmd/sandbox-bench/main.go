@@ -3,7 +3,7 @@
 // table; the raw samples and a picture of the latency distributions go to
 // bin/.
 //
-//	cd e2e && go run ./cmd/sandbox-bench [-out DIR] [-keep]
+//	cd e2e && go run ./cmd/sandbox-bench [-out DIR] [-keep] [-phases floor,warm]
 package main
 
 import (
@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +41,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	out := fs.String("out", filepath.Join(root, "bin"), "directory for bench-kind.json (raw samples) and bench-kind.png")
 	keep := fs.Bool("keep", false, "keep the bench's namespace (client pod, logs) afterwards")
+	only := fs.String("phases", "", "run only these phases, comma-separated (for example \"floor,warm\")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,8 +57,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := env.Attach(); err != nil {
 		return fmt.Errorf("%w (make bench-kind brings it up; or run make kind-up)", err)
 	}
+	var phases []string
+	if *only != "" {
+		phases = strings.Split(*only, ",")
+	}
 	start := time.Now()
-	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep})
+	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep, Phases: phases})
 	fmt.Fprintf(stderr, "=== bench took %s\n", time.Since(start).Round(time.Second))
 	return err
 }
