@@ -73,8 +73,12 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 	var me *waiter
 	defer func() {
 		if me != nil {
+			// Leaving without a pod: those behind move up, and a pod this
+			// request was not there to take may now be theirs.
 			p.mu.Lock()
-			p.leaveLocked(me)
+			if p.leaveLocked(me) {
+				p.broadcastLocked()
+			}
 			p.mu.Unlock()
 		}
 	}()
@@ -137,17 +141,16 @@ func (p *Pool) queuePosLocked(me *waiter) int {
 	return slices.Index(p.waiters, me)
 }
 
-// leaveLocked takes me out of the queue. Those behind it move up, and a
-// pod it was not there to take may now be theirs, so they are woken.
-func (p *Pool) leaveLocked(me *waiter) {
+// leaveLocked takes me out of the queue and reports whether anyone was
+// behind it. One that leaves with a pod needs to wake nobody: each behind
+// it moves up one place as the pods left drop by one.
+func (p *Pool) leaveLocked(me *waiter) (behind bool) {
 	i := slices.Index(p.waiters, me)
 	if i < 0 {
-		return
+		return false
 	}
 	p.waiters = slices.Delete(p.waiters, i, i+1)
-	if i < len(p.waiters) {
-		p.broadcastLocked()
-	}
+	return i < len(p.waiters)
 }
 
 // takeLocked hands out the available pod closest to its deadline (the
