@@ -388,6 +388,9 @@ func TestRefusedRunnerIsTriedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The claim record is written after the job is handed over, off the
+	// request path, so it may land after the answer.
+	e.eventually("the claim recorded", func() bool { return e.patches.Load() >= 1 })
 	if calls.Load() != 3 || e.patches.Load() != 1 || res.SandboxID == "" {
 		t.Fatalf("dials = %d, claims = %d, id %q: want 3 dials (two refused) to the one claimed pod",
 			calls.Load(), e.patches.Load(), res.SandboxID)
