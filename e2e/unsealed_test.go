@@ -67,20 +67,34 @@ func removePolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface) 
 }
 
 // deleteSnippetPods deletes every snippet pod, so that what the pools have
-// afterwards was made after the change under test.
-func deleteSnippetPods(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+// afterwards was made after the change under test, and returns the names of
+// those it found: every other snippet pod was made after the change. (Not a
+// time: creation timestamps are whole seconds, and the pools replace what is
+// deleted within the same second.)
+func deleteSnippetPods(ctx context.Context, t *testing.T, cs kubernetes.Interface) map[string]bool {
 	t.Helper()
-	zero := int64(0)
-	err := cs.CoreV1().Pods(kindenv.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
-		metav1.ListOptions{LabelSelector: kube.RunnerSelector().String()})
+	pods := cs.CoreV1().Pods(kindenv.Namespace)
+	sel := metav1.ListOptions{LabelSelector: kube.RunnerSelector().String()}
+	l, err := pods.List(ctx, sel)
 	if err != nil {
+		t.Fatalf("list snippet pods: %v", err)
+	}
+	before := map[string]bool{}
+	for _, p := range l.Items {
+		before[p.Name] = true
+	}
+	zero := int64(0)
+	// Pods made between the list and the deletion are deleted too; they
+	// were made after the change, so they count as new while they last.
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil {
 		t.Fatalf("delete snippet pods: %v", err)
 	}
+	return before
 }
 
-// neverReady fails the test if any snippet pod created after since is Ready
-// at any point during window.
-func neverReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, since time.Time, window time.Duration) {
+// neverReady fails the test if any snippet pod not among before is Ready at
+// any point during window.
+func neverReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, before map[string]bool, window time.Duration) {
 	t.Helper()
 	end := time.Now().Add(window)
 	seen := map[string]bool{}
@@ -90,7 +104,7 @@ func neverReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, sinc
 			t.Fatal(err)
 		}
 		for _, p := range pods.Items {
-			if p.CreationTimestamp.Time.Before(since.Add(-time.Second)) {
+			if before[p.Name] {
 				continue
 			}
 			seen[p.Name] = true
@@ -238,11 +252,10 @@ func failsClosedFeature(name string, unseal func(context.Context, *testing.T, ku
 			ctx = context.WithValue(ctx, unsealKey{}, unseal(ctx, t, cs))
 			// Pods proven before the seal went may keep rules that
 			// outlive it: replace them with pods made without it.
-			deleteSnippetPods(ctx, t, cs)
-			return context.WithValue(ctx, cutKey{}, time.Now())
+			return context.WithValue(ctx, cutKey{}, deleteSnippetPods(ctx, t, cs))
 		}).
 		Assess("no new pod is Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			neverReady(ctx, t, clientset(ctx, t), ctx.Value(cutKey{}).(time.Time), neverReadyWindow)
+			neverReady(ctx, t, clientset(ctx, t), ctx.Value(cutKey{}).(map[string]bool), neverReadyWindow)
 			return ctx
 		}).
 		Assess("serve answers the 503, stays Ready, counts and logs it", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
