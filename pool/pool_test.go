@@ -675,3 +675,55 @@ func TestExecuteTiming(t *testing.T) {
 		t.Errorf("timing %v: want %s of at least 20 ms and the runner's %s of 12.5 ms", got, api.TimingRunner, api.TimingRunnerJob)
 	}
 }
+
+// TestRefillHeldUntilTheRunEnds: with a refill hold, a claimed pod's
+// replacement is not started while its run goes on, and is started once the
+// run ends, or once the hold is over while it still runs. Without a hold it
+// is started at the claim: the control, which shows the test can tell.
+func TestRefillHeldUntilTheRunEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hold time.Duration
+		// startedDuringRun: whether the replacement is created before the
+		// run ends.
+		startedDuringRun bool
+	}{
+		{"a hold longer than the run: started at the answer", time.Hour, false},
+		{"a hold shorter than the run: started when it is over", 100 * time.Millisecond, true},
+		{"no hold: started at the claim", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil, func(o *Options) { o.RefillHold = tc.hold }).start()
+			e.waitWarm(3)
+			running, finish := make(chan struct{}), make(chan struct{})
+			e.setRunner(func(w http.ResponseWriter, r *http.Request) {
+				close(running)
+				<-finish
+				okRunner(w, r)
+			})
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.execute("print(1)")
+				done <- err
+			}()
+			<-running
+			if tc.startedDuringRun {
+				e.eventually("the replacement created while the run goes on", func() bool { return e.creates.Load() == 4 })
+			} else {
+				time.Sleep(300 * time.Millisecond) // many reconcile passes' worth: the claim's record, pod events
+				if got := e.creates.Load(); got != 3 {
+					t.Errorf("creates during the run = %d, want 3: the replacement was not held", got)
+				}
+			}
+			close(finish)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			e.eventually("the replacement created after the run", func() bool { return e.creates.Load() == 4 })
+			e.waitWarm(3)
+			if got := e.creates.Load(); got != 4 {
+				t.Errorf("creates = %d, want 4 (3 warm + 1 replacement)", got)
+			}
+		})
+	}
+}
