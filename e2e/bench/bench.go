@@ -245,12 +245,26 @@ func (b *Bench) setUp(ctx context.Context) error {
 	if _, err := b.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
-	p, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, clientPod(b.ns, b.image), metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create the client pod: %w", err)
+	// A container that fails to start is made again: on this busy cgroup v1
+	// node runc now and then fails a start ("unable to freeze"), and the
+	// client's pod never restarts.
+	var (
+		p   *corev1.Pod
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		pod := clientPod(b.ns, b.image)
+		pod.Name = fmt.Sprintf("%s-%d", pod.Name, attempt)
+		if p, err = b.cs.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create the client pod: %w", err)
+		}
+		b.client = p.Name
+		if err = b.waitPodReady(ctx, b.client, 3*time.Minute); err == nil || !errors.Is(err, errPodEnded) || attempt == clientAttempts {
+			break
+		}
+		b.logf("client pod: %v; making another", err)
 	}
-	b.client = p.Name
-	if err := b.waitPodReady(ctx, b.client, 3*time.Minute); err != nil {
+	if err != nil {
 		return err
 	}
 	if b.sandbox, err = newTracker(ctx, b.cs, kindenv.Namespace, kube.RunnerSelector()); err != nil {
@@ -277,12 +291,28 @@ func (b *Bench) tearDown(ctx context.Context) {
 	}
 }
 
+// clientAttempts bounds how many client pods setUp makes.
+const clientAttempts = 3
+
+// errPodEnded: the pod's container ended or never started, and will not
+// be restarted.
+var errPodEnded = errors.New("pod ended")
+
 func (b *Bench) waitPodReady(ctx context.Context, name string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		p, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil && p.Status.Phase == corev1.PodRunning && kube.IsReady(p) {
 			return nil
+		}
+		if err == nil && kube.IsFinished(p) {
+			why := string(p.Status.Phase)
+			for _, c := range p.Status.ContainerStatuses {
+				if t := c.State.Terminated; t != nil {
+					why = t.Reason + ": " + t.Message
+				}
+			}
+			return fmt.Errorf("%s: %w: %s", name, errPodEnded, why)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("pod %s not Ready within %s (%v)", name, timeout, err)
