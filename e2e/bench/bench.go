@@ -146,6 +146,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	phases := []phase{
 		{"floor", b.measureFloor},
 		{"warm", b.measureWarm},
+		{"refill hold", b.measureRefillHold},
 		{"kubectl run", b.measureKubectlRun},
 		{"local backend", b.measureLocal},
 		{"bare pods", b.measureBarePods},
@@ -434,6 +435,78 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 		Row{What: "pool refill: request to a new Ready pod", MS: refills, Note: "per concurrency-1 round, the replica that ran it"},
 		Row{What: "sandbox pod create to Ready", MS: b.sandbox.startups(since), Note: "the pools' pods during the warm rounds, as a watch sees them"})
 	return nil
+}
+
+// The refill-hold comparison: how many times each setting is rolled out,
+// and the rounds at each concurrency every time.
+const holdAlternations = 2
+
+var holdRounds = map[int]int{1: 15, 3: 8}
+
+// measureRefillHold compares the warm path with each claimed pod's
+// replacement started at the claim (--refill-hold 0) and held until its run
+// ended (the default), in turns, so that both see the same machine: each
+// setting rolled out afresh, then rounds of 1 and of 3 on full pools. It
+// leaves the Deployment as it found it.
+func (b *Bench) measureRefillHold(ctx context.Context) error {
+	const name = "SANDBOX_REFILL_HOLD"
+	settings := []time.Duration{0, pool.DefaultRefillHold}
+	type key struct {
+		hold time.Duration
+		c    int
+	}
+	got := map[key][]Sample{}
+	defer func() {
+		if err := b.setServeEnv(context.WithoutCancel(ctx), name+"-"); err != nil {
+			b.logf("restore the Deployment: %v", err)
+		}
+	}()
+	for range holdAlternations {
+		for _, hold := range settings {
+			if err := b.setServeEnv(ctx, name+"="+hold.String()); err != nil {
+				return err
+			}
+			for _, c := range slices.Sorted(maps.Keys(holdRounds)) {
+				for range holdRounds[c] {
+					if err := b.waitFull(ctx); err != nil {
+						return err
+					}
+					s, err := b.load(ctx, fmt.Sprintf("refill hold %s c%d", hold, c), b.url, c, c)
+					if err != nil {
+						return err
+					}
+					got[key{hold, c}] = append(got[key{hold, c}], s...)
+				}
+			}
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(holdRounds)) {
+		for _, hold := range settings {
+			s := got[key{hold, c}]
+			b.samples = append(b.samples, s...)
+			what := fmt.Sprintf("--refill-hold %s, concurrency %d", hold, c)
+			b.rows = append(b.rows,
+				Row{What: what, MS: latencies(s, false), Note: fmt.Sprintf("%d rounds, in turns with the other setting", holdAlternations*holdRounds[c]) + failures(s)},
+				Row{What: "  part: the snippet's run (duration_ms)", MS: timings(s, "run")})
+		}
+	}
+	return nil
+}
+
+// setServeEnv sets (NAME=VALUE) or removes (NAME-) an environment variable
+// of serve, waits for the rollout and for the new replicas' pools to idle
+// at their floor.
+func (b *Bench) setServeEnv(ctx context.Context, assignment string) error {
+	if _, err := b.kubectl(ctx, "-n", kindenv.Namespace, "set", "env", "deployment/"+kindenv.Deployment, "-c", "serve", assignment); err != nil {
+		return err
+	}
+	if err := b.o.Env.RolloutStatus(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	if err := b.findServes(ctx); err != nil {
+		return err
+	}
+	return b.waitIdle(ctx)
 }
 
 // refill waits for the first pod of the replica that ran s made after s

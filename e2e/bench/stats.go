@@ -126,3 +126,15 @@ func Breakdown(samples []Sample) []Row {
 	}
 	return rows
 }
+
+// timings lists one Server-Timing part (or "run", the duration_ms) of the
+// correct samples that have it.
+func timings(samples []Sample, name string) []float64 {
+	var xs []float64
+	for _, s := range samples {
+		if v, ok := s.Timing[name]; ok && s.OK {
+			xs = append(xs, v)
+		}
+	}
+	return xs
+}
