@@ -39,7 +39,6 @@ func vars() kong.Vars {
 		"pool_size":           strconv.Itoa(pool.DefaultSize),
 		"pool_max_factor":     strconv.Itoa(pool.DefaultMaxFactor),
 		"pool_wait":           seconds(pool.DefaultWait),
-		"refill_hold":         pool.DefaultRefillHold.String(),
 		"runner_port":         strconv.Itoa(kube.DefaultRunnerPort),
 		"pod_pids_limit":      strconv.Itoa(kube.DefaultPodPidsLimit),
 		"workdir":             kube.Workdir,

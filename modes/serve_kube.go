@@ -25,7 +25,6 @@ type KubeFlags struct {
 	PoolSize     int           `name:"pool-size" default:"${pool_size}" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods always kept: the warm pool's floor."`
 	PoolMax      int           `name:"pool-max" env:"SANDBOX_POOL_MAX" help:"The most unclaimed sandbox pods (Ready or starting) the pool grows to under demand (default ${pool_max_factor} × --pool-size). It bounds what a flood of requests can start."`
 	PoolWait     time.Duration `name:"pool-wait" default:"${pool_wait}" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
-	RefillHold   time.Duration `name:"refill-hold" default:"${refill_hold}" env:"SANDBOX_REFILL_HOLD" help:"How long a claimed pod's replacement waits for the pod's run to end before it starts anyway, so that a short run does not share the node's CPU with its own replacement's start (0: start it at the claim)."`
 	RuntimeClass string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
 	RunnerPort   int           `name:"runner-port" default:"${runner_port}" help:"Port of the runner in sandbox pods."`
 	PodPidsLimit int64         `name:"pod-pids-limit" default:"${pod_pids_limit}" env:"SANDBOX_POD_PIDS_LIMIT" help:"The kubelet's podPidsLimit where sandbox pods run: their runner keeps the snippet's process limit below it (0: unknown, trust the container's own limit)."`
@@ -54,8 +53,6 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 		return nil, nil, fmt.Errorf("--pool-max %d: must be at least --pool-size (%d), or 0 for %d × it", f.PoolMax, f.PoolSize, pool.DefaultMaxFactor)
 	case f.PoolWait <= 0:
 		return nil, nil, fmt.Errorf("--pool-wait %s: must be positive", f.PoolWait)
-	case f.RefillHold < 0 || f.RefillHold >= f.PoolWait:
-		return nil, nil, fmt.Errorf("--refill-hold %s: must be at least 0 and below --pool-wait (%s)", f.RefillHold, f.PoolWait)
 	case f.RunnerPort < 1 || f.RunnerPort > 65535:
 		return nil, nil, fmt.Errorf("--runner-port %d: not a port", f.RunnerPort)
 	case f.Image == "":
@@ -100,11 +97,10 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 			Seal:         sealOpts,
 			Unsafe:       unsafe,
 		},
-		Size:       f.PoolSize,
-		Max:        f.PoolMax,
-		Wait:       f.PoolWait,
-		RefillHold: f.RefillHold,
-		Logger:     log,
+		Size:   f.PoolSize,
+		Max:    f.PoolMax,
+		Wait:   f.PoolWait,
+		Logger: log,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -102,11 +102,8 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 		grew := p.retargetLocked()
 		changed := p.changed
 		p.mu.Unlock()
-		if grew {
-			p.poke() // start the new target's pods
-		}
-		if pod != nil {
-			p.refillAfterHold()
+		if pod != nil || grew {
+			p.poke() // start the taken pod's replacement, or the new target's pods
 		}
 		if pod != nil {
 			return pod, nil

@@ -36,9 +36,6 @@ import (
 const (
 	DefaultSize = 3
 	DefaultWait = 30 * time.Second
-	// DefaultRefillHold is serve's --refill-hold (see refillHeldLocked):
-	// longer than most runs of model code, short beside a pod start.
-	DefaultRefillHold = 250 * time.Millisecond
 
 	// resyncPeriod replays the informer's cache to the handlers: it re-runs
 	// the reconcile that expires lost expectations and replaces pods stuck
@@ -84,10 +81,6 @@ type Options struct {
 	Size int           // the floor: unclaimed pods always kept; 0 means DefaultSize
 	Max  int           // the most unclaimed pods under demand; 0 means DefaultMaxFactor × Size
 	Wait time.Duration // how long a request waits for a pod; 0 means DefaultWait
-	// RefillHold is how long a claimed pod's replacement waits for the
-	// pod's run to end before it is started anyway; 0 starts it at the
-	// claim. See refillHeldLocked.
-	RefillHold time.Duration
 
 	// Clock drives the warm target's smoothing and hold; nil is the real
 	// clock.

@@ -135,7 +135,6 @@ func (p *Pool) plan(now time.Time) plan {
 		}
 	}
 	supply += p.exp.pendingCreates(now, seen)
-	supply += p.refillHeldLocked(now)
 	target := p.targeter.target
 	// Surplus after the target shrank: the oldest pods go first, being the
 	// nearest their deadline. Creates not yet seen cannot be deleted; they
@@ -206,37 +205,6 @@ func (p *Pool) deletePod(ctx context.Context, name, why string) error {
 	return err
 }
 
-// refillHeldLocked counts the claimed pods whose replacement is held: those
-// claimed less than RefillHold ago and not yet released. Each stands in for
-// its replacement until then. A pod start keeps the node's CPU busy for a
-// second or more (the API server, the kubelet, the runtime, the
-// NetworkPolicy engine), and a snippet pod has little CPU of its own to
-// claim against that: started at the claim, the replacement slows the very
-// run it replaces, and most runs end within a few tens of milliseconds.
-func (p *Pool) refillHeldLocked(now time.Time) int {
-	if p.opts.RefillHold <= 0 {
-		return 0
-	}
-	n := 0
-	for _, at := range p.inUse {
-		if now.Sub(at) < p.opts.RefillHold {
-			n++
-		}
-	}
-	return n
-}
-
-// refillAfterHold starts a claimed pod's replacement: after RefillHold, or
-// at once when there is none. release starts it sooner when the run ends
-// first.
-func (p *Pool) refillAfterHold() {
-	if p.opts.RefillHold <= 0 {
-		p.poke()
-		return
-	}
-	time.AfterFunc(p.opts.RefillHold, p.poke)
-}
-
 // release gives a used (or unusable) pod back to the API server: it stops
 // counting at once and is deleted off the request path, after its claim's
 // record (if the job reached it) is written, so that whoever watches pods
@@ -253,7 +221,6 @@ func (p *Pool) release(pod *corev1.Pod, why string) {
 	delete(p.recording, pod.Name)
 	p.bg.Add(1)
 	p.mu.Unlock()
-	p.poke() // its replacement, if held (see refillHeldLocked)
 	go func() {
 		defer p.bg.Done()
 		if recorded != nil {
