@@ -60,8 +60,12 @@ bench:
 # kubectl run, the local backend, refill and pod start times, a burst, a
 # steady overload and serve's peak memory. Raw samples: bin/bench-kind.json;
 # the latency distributions: bin/bench-kind.png. About 15 minutes.
+# BENCH_FLAGS='-compare NAME=V1,V2' also compares the warm path under each
+# value of one of serve's environment variables, in turns (about 4 more
+# minutes per value); '-phases floor,warm' runs only those.
+BENCH_FLAGS ?=
 bench-kind: kind-up
-	cd e2e && $(GO) run ./cmd/sandbox-bench -out $(CURDIR)/bin
+	cd e2e && $(GO) run ./cmd/sandbox-bench -out $(CURDIR)/bin $(BENCH_FLAGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

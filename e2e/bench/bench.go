@@ -58,6 +58,26 @@ type Options struct {
 	// Phases, when set, runs only the phases of these names (see Run for
 	// them); the table then has only their rows.
 	Phases []string
+	// Compare, when set, adds the phase "compare": the warm path under each
+	// of its values, side by side.
+	Compare Compare
+}
+
+// Compare names one of serve's environment variables and the values to
+// compare it at.
+type Compare struct {
+	Name   string
+	Values []string
+}
+
+// ParseCompare reads NAME=V1,V2[,...].
+func ParseCompare(s string) (Compare, error) {
+	name, vals, ok := strings.Cut(s, "=")
+	values := strings.Split(vals, ",")
+	if !ok || name == "" || len(values) < 2 || slices.Contains(values, "") {
+		return Compare{}, fmt.Errorf("compare %q: want NAME=VALUE,VALUE[,...], two values at least", s)
+	}
+	return Compare{Name: name, Values: values}, nil
 }
 
 func (o *Options) defaults() {
@@ -146,7 +166,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	phases := []phase{
 		{"floor", b.measureFloor},
 		{"warm", b.measureWarm},
-		{"refill hold", b.measureRefillHold},
+		{"compare", b.measureCompare},
 		{"kubectl run", b.measureKubectlRun},
 		{"local backend", b.measureLocal},
 		{"bare pods", b.measureBarePods},
@@ -162,7 +182,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	start := time.Now()
 	for _, p := range phases {
-		if len(o.Phases) > 0 && !slices.Contains(o.Phases, p.name) {
+		if len(o.Phases) > 0 && !slices.Contains(o.Phases, p.name) || p.name == "compare" && o.Compare.Name == "" {
 			continue
 		}
 		t := time.Now()
@@ -437,60 +457,73 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 	return nil
 }
 
-// The refill-hold comparison: how many times each setting is rolled out,
-// and the rounds at each concurrency every time.
-const holdAlternations = 2
+// The comparison of serve settings: how many times each is rolled out, and
+// the rounds at each concurrency every time.
+const compareTurns = 2
 
-var holdRounds = map[int]int{1: 15, 3: 8}
+var compareRounds = map[int]int{1: 15, 3: 8}
 
-// measureRefillHold compares the warm path with each claimed pod's
-// replacement started at the claim (--refill-hold 0) and held until its run
-// ended (the default), in turns, so that both see the same machine: each
-// setting rolled out afresh, then rounds of 1 and of 3 on full pools. It
-// leaves the Deployment as it found it.
-func (b *Bench) measureRefillHold(ctx context.Context) error {
-	const name = "SANDBOX_REFILL_HOLD"
-	settings := []time.Duration{0, pool.DefaultRefillHold}
-	type key struct {
-		hold time.Duration
-		c    int
-	}
-	got := map[key][]Sample{}
+// measureCompare compares the warm path under each value of one of serve's
+// environment variables (Options.Compare), in turns, so that every value
+// sees the same machine: each rolled out afresh, then rounds of 1 and of 3
+// on full pools. It leaves the Deployment as it found it.
+func (b *Bench) measureCompare(ctx context.Context) error {
+	name, values := b.o.Compare.Name, b.o.Compare.Values
+	before, set := deploymentEnvOf(ctx, b)[name]
 	defer func() {
-		if err := b.setServeEnv(context.WithoutCancel(ctx), name+"-"); err != nil {
+		restore := name + "-"
+		if set {
+			restore = name + "=" + before
+		}
+		if err := b.setServeEnv(context.WithoutCancel(ctx), restore); err != nil {
 			b.logf("restore the Deployment: %v", err)
 		}
 	}()
-	for range holdAlternations {
-		for _, hold := range settings {
-			if err := b.setServeEnv(ctx, name+"="+hold.String()); err != nil {
+	type key struct {
+		value string
+		c     int
+	}
+	got := map[key][]Sample{}
+	for range compareTurns {
+		for _, v := range values {
+			if err := b.setServeEnv(ctx, name+"="+v); err != nil {
 				return err
 			}
-			for _, c := range slices.Sorted(maps.Keys(holdRounds)) {
-				for range holdRounds[c] {
+			for _, c := range slices.Sorted(maps.Keys(compareRounds)) {
+				for range compareRounds[c] {
 					if err := b.waitFull(ctx); err != nil {
 						return err
 					}
-					s, err := b.load(ctx, fmt.Sprintf("refill hold %s c%d", hold, c), b.url, c, c)
+					s, err := b.load(ctx, fmt.Sprintf("%s=%s c%d", name, v, c), b.url, c, c)
 					if err != nil {
 						return err
 					}
-					got[key{hold, c}] = append(got[key{hold, c}], s...)
+					got[key{v, c}] = append(got[key{v, c}], s...)
 				}
 			}
 		}
 	}
-	for _, c := range slices.Sorted(maps.Keys(holdRounds)) {
-		for _, hold := range settings {
-			s := got[key{hold, c}]
+	for _, c := range slices.Sorted(maps.Keys(compareRounds)) {
+		for _, v := range values {
+			s := got[key{v, c}]
 			b.samples = append(b.samples, s...)
-			what := fmt.Sprintf("--refill-hold %s, concurrency %d", hold, c)
 			b.rows = append(b.rows,
-				Row{What: what, MS: latencies(s, false), Note: fmt.Sprintf("%d rounds, in turns with the other setting", holdAlternations*holdRounds[c]) + failures(s)},
+				Row{What: fmt.Sprintf("%s=%s, concurrency %d", name, v, c), MS: latencies(s, false),
+					Note: fmt.Sprintf("%d rounds, in turns with the other values", compareTurns*compareRounds[c]) + failures(s)},
 				Row{What: "  part: the snippet's run (duration_ms)", MS: timings(s, "run")})
 		}
 	}
 	return nil
+}
+
+// deploymentEnvOf is serve's environment in the Deployment now (empty when
+// it cannot be read).
+func deploymentEnvOf(ctx context.Context, b *Bench) map[string]string {
+	d, err := b.cs.AppsV1().Deployments(kindenv.Namespace).Get(ctx, kindenv.Deployment, metav1.GetOptions{})
+	if err != nil {
+		return map[string]string{}
+	}
+	return deploymentEnv(d)
 }
 
 // setServeEnv sets (NAME=VALUE) or removes (NAME-) an environment variable

@@ -79,3 +79,15 @@ func TestBreakdown(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCompare(t *testing.T) {
+	c, err := ParseCompare("SANDBOX_POD_CPU_REQUEST=10m,50m")
+	if err != nil || c.Name != "SANDBOX_POD_CPU_REQUEST" || len(c.Values) != 2 || c.Values[0] != "10m" || c.Values[1] != "50m" {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+	for _, bad := range []string{"", "X", "X=1", "=1,2", "X=1,", "X=,2"} {
+		if _, err := ParseCompare(bad); err == nil {
+			t.Errorf("ParseCompare(%q) took it", bad)
+		}
+	}
+}

@@ -42,8 +42,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", filepath.Join(root, "bin"), "directory for bench-kind.json (raw samples) and bench-kind.png")
 	keep := fs.Bool("keep", false, "keep the bench's namespace (client pod, logs) afterwards")
 	only := fs.String("phases", "", "run only these phases, comma-separated (for example \"floor,warm\")")
+	compare := fs.String("compare", "", "also compare the warm path under each value of one of serve's environment variables, in turns: NAME=V1,V2 (for example SANDBOX_POD_CPU_REQUEST=10m,50m)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var cmp bench.Compare
+	if *compare != "" {
+		if cmp, err = bench.ParseCompare(*compare); err != nil {
+			return err
+		}
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -62,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		phases = strings.Split(*only, ",")
 	}
 	start := time.Now()
-	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep, Phases: phases})
+	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep, Phases: phases, Compare: cmp})
 	fmt.Fprintf(stderr, "=== bench took %s\n", time.Since(start).Round(time.Second))
 	return err
 }
