@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -51,7 +53,8 @@ func deployFixtures(ctx context.Context, cs kubernetes.Interface, ns, image stri
 	if err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", ns, err)
 	}
-	for _, p := range []*corev1.Pod{netsec.CanaryPod(ns, image, fx.Token), netsec.ControlPod(ns, image)} {
+	pods := []*corev1.Pod{netsec.CanaryPod(ns, image, fx.Token), netsec.ControlPod(ns, image)}
+	for _, p := range pods {
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("create pod %s/%s: %w", ns, p.Name, err)
 		}
@@ -61,17 +64,53 @@ func deployFixtures(ctx context.Context, cs kubernetes.Interface, ns, image stri
 		return nil, fmt.Errorf("create service %s/canary: %w", ns, err)
 	}
 	fx.ServiceIP = svc.Spec.ClusterIP
-	for _, name := range []string{"canary", "control"} {
-		p, err := waitPodReady(ctx, cs, ns, name, fixtureReadyTimeout)
+	for _, want := range pods {
+		p, err := waitFixtureReady(ctx, cs, want)
 		if err != nil {
 			return nil, err
 		}
-		if name == "canary" {
+		if p.Name == "canary" {
 			fx.CanaryIP = p.Status.PodIP
 		}
 	}
 	return fx, nil
 }
+
+// fixtureStarts bounds how many times a fixture pod whose container never
+// started is made.
+const fixtureStarts = 3
+
+// waitFixtureReady waits for the fixture pod want to be Ready, making it
+// again when its container never started: on a busy cgroup v1 node runc
+// now and then fails a start ("unable to freeze"), and a pod that never
+// restarts would leave every check that needs it INCONCLUSIVE. Only before
+// any check runs: a fixture that failed later is never quietly replaced.
+func waitFixtureReady(ctx context.Context, cs kubernetes.Interface, want *corev1.Pod) (*corev1.Pod, error) {
+	pods := cs.CoreV1().Pods(want.Namespace)
+	for start := 1; ; start++ {
+		p, err := waitPodReady(ctx, cs, want.Namespace, want.Name, fixtureReadyTimeout)
+		if err == nil || !errors.Is(err, errNeverStarted) || start == fixtureStarts {
+			return p, err
+		}
+		zero := int64(0)
+		if err := pods.Delete(ctx, want.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("delete pod %s/%s to make it again: %w", want.Namespace, want.Name, err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, fixtureReadyTimeout, true, func(ctx context.Context) (bool, error) {
+			_, err := pods.Get(ctx, want.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s not gone to be made again: %w", want.Namespace, want.Name, err)
+		}
+		if _, err := pods.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("create pod %s/%s again: %w", want.Namespace, want.Name, err)
+		}
+	}
+}
+
+// errNeverStarted: a pod ended without its container ever starting.
+var errNeverStarted = errors.New("its container never started")
 
 func waitPodReady(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
 	var last *corev1.Pod
@@ -82,6 +121,9 @@ func waitPodReady(ctx context.Context, cs kubernetes.Interface, ns, name string,
 		}
 		last = p
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			if neverStarted(p) {
+				return false, fmt.Errorf("pod %s/%s ended: %w: %s", ns, name, errNeverStarted, podState(p))
+			}
 			return false, fmt.Errorf("pod %s/%s ended: %s", ns, name, podState(p))
 		}
 		return podReady(p), nil
@@ -90,6 +132,17 @@ func waitPodReady(ctx context.Context, cs kubernetes.Interface, ns, name string,
 		return nil, fmt.Errorf("pod %s/%s not Ready: %w (%s)", ns, name, err, podState(last))
 	}
 	return last, nil
+}
+
+// neverStarted reports whether a container of p ended without having
+// started: the kubelet's StartError.
+func neverStarted(p *corev1.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if t := c.State.Terminated; t != nil && t.Reason == "StartError" {
+			return true
+		}
+	}
+	return false
 }
 
 // podState says why a pod is where it is, for errors.
