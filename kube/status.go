@@ -29,6 +29,19 @@ func IsFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
+// NeverStarted reports whether a container of pod ended without ever
+// having started (the kubelet's StartError: the runtime failed to create
+// it, as runc's "unable to freeze" does now and then on a busy cgroup v1
+// node). Nothing of the pod's own ran, so making it again is safe.
+func NeverStarted(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.ContainerStatuses {
+		if t := c.State.Terminated; t != nil && t.Reason == "StartError" {
+			return true
+		}
+	}
+	return false
+}
+
 // Death says why a pod stopped, from its last known status.
 type Death struct {
 	// Dead is false when the status shows nothing wrong (yet).

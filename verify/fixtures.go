@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/netsec"
 )
 
@@ -121,7 +122,7 @@ func waitPodReady(ctx context.Context, cs kubernetes.Interface, ns, name string,
 		}
 		last = p
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			if neverStarted(p) {
+			if kube.NeverStarted(p) {
 				return false, fmt.Errorf("pod %s/%s ended: %w: %s", ns, name, errNeverStarted, podState(p))
 			}
 			return false, fmt.Errorf("pod %s/%s ended: %s", ns, name, podState(p))
@@ -132,17 +133,6 @@ func waitPodReady(ctx context.Context, cs kubernetes.Interface, ns, name string,
 		return nil, fmt.Errorf("pod %s/%s not Ready: %w (%s)", ns, name, err, podState(last))
 	}
 	return last, nil
-}
-
-// neverStarted reports whether a container of p ended without having
-// started: the kubelet's StartError.
-func neverStarted(p *corev1.Pod) bool {
-	for _, c := range p.Status.ContainerStatuses {
-		if t := c.State.Terminated; t != nil && t.Reason == "StartError" {
-			return true
-		}
-	}
-	return false
 }
 
 // podState says why a pod is where it is, for errors.

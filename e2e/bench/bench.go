@@ -280,7 +280,7 @@ func (b *Bench) setUp(ctx context.Context) error {
 			return fmt.Errorf("create the client pod: %w", err)
 		}
 		b.client = p.Name
-		if err = b.waitPodReady(ctx, b.client, 3*time.Minute); err == nil || !errors.Is(err, errPodEnded) || attempt == clientAttempts {
+		if err = b.waitPodReady(ctx, b.client, 3*time.Minute); err == nil || !errors.Is(err, errNeverStarted) || attempt == clientAttempts {
 			break
 		}
 		b.logf("client pod: %v; making another", err)
@@ -315,9 +315,9 @@ func (b *Bench) tearDown(ctx context.Context) {
 // clientAttempts bounds how many client pods setUp makes.
 const clientAttempts = 3
 
-// errPodEnded: the pod's container ended or never started, and will not
-// be restarted.
-var errPodEnded = errors.New("pod ended")
+// errNeverStarted: the pod's container never started (kube.NeverStarted),
+// and will not be restarted.
+var errNeverStarted = errors.New("its container never started")
 
 func (b *Bench) waitPodReady(ctx context.Context, name string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
@@ -326,14 +326,8 @@ func (b *Bench) waitPodReady(ctx context.Context, name string, timeout time.Dura
 		if err == nil && p.Status.Phase == corev1.PodRunning && kube.IsReady(p) {
 			return nil
 		}
-		if err == nil && kube.IsFinished(p) {
-			why := string(p.Status.Phase)
-			for _, c := range p.Status.ContainerStatuses {
-				if t := c.State.Terminated; t != nil {
-					why = t.Reason + ": " + t.Message
-				}
-			}
-			return fmt.Errorf("%s: %w: %s", name, errPodEnded, why)
+		if err == nil && kube.NeverStarted(p) {
+			return fmt.Errorf("%s: %w", name, errNeverStarted)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("pod %s not Ready within %s (%v)", name, timeout, err)
