@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -198,10 +200,56 @@ func (e *Env) Down(ctx context.Context) error {
 		// The DNS canary first: it sits on the internet stand-in's network.
 		serr := errors.Join(dnsCanaryDown(ctx), e.Standins.Down(ctx, node), privateStandinsDown(ctx, node))
 		if err := c.Delete(); err != nil {
-			return err
+			// A container cgroup that runc left frozen ("unable to freeze",
+			// cgroup v1) cannot be killed, and so neither can the node:
+			// thaw what is frozen under it and try once more.
+			id, ierr := docker(ctx, "inspect", "--format", "{{.Id}}", node)
+			if node == "" || ierr != nil {
+				return err
+			}
+			thawed, terr := thawFrozen(filepath.Join(freezerRoot, "docker", id))
+			fmt.Fprintf(e.Log, "delete cluster: %v; thawed %d frozen cgroups under the node (%v), trying again\n", err, thawed, terr)
+			if err := c.Delete(); err != nil {
+				return err
+			}
 		}
 		return serr
 	})
+}
+
+// freezerRoot is the cgroup v1 freezer hierarchy, where Docker puts a
+// container's cgroups under docker/<id>.
+const freezerRoot = "/sys/fs/cgroup/freezer"
+
+// thawFrozen writes THAWED to every freezer.state under dir that is FROZEN
+// or FREEZING, and says how many it thawed. No freezer (cgroup v2) is no
+// error.
+func thawFrozen(dir string) (int, error) {
+	n := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Name() != "freezer.state" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil //nolint:nilerr // a cgroup removed meanwhile
+		}
+		if st := strings.TrimSpace(string(b)); st != "FROZEN" && st != "FREEZING" {
+			return nil
+		}
+		if err := os.WriteFile(path, []byte("THAWED"), 0); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	return n, err
 }
 
 // Vars are the environment's addresses as environment variables, the form
