@@ -33,9 +33,11 @@ e2e-images:
 # The tools module (e2e/tools/go.mod) stays a module apart from the suite's:
 # building k8s.io/kubernetes needs replace lines pinning every staging module
 # at v0.37.0, which would also hold the suite's client-go there, below the
-# product's. `go test ./...` in the root or in e2e/ skips it.
+# product's. `go test ./...` in the root or in e2e/ skips it. The harness's
+# own unit tests (bench, kindenv: no cluster, no e2e tag) run here too.
 e2e-tools-test:
 	cd e2e/tools && $(GO) vet ./cmd/... && $(GO) test -count=1 ./cmd/...
+	cd e2e && $(GO) test -count=1 ./...
 
 # The suite's output is long (-v): its failures are repeated at the end, where
 # a reader of a CI log that kept only the tail still finds them.
