@@ -24,8 +24,7 @@ type seen struct {
 	ready   time.Time
 	claimed bool // claim recorded, or going away
 	gone    bool
-	// failed: ended without ever being Ready (a container that failed to
-	// start: runc's "unable to freeze" on a busy cgroup v1 node).
+	// failed: its container never started (kube.NeverStarted).
 	failed bool
 }
 
@@ -82,7 +81,7 @@ func (tr *tracker) saw(o any, deleted bool) {
 	}
 	s.claimed = s.claimed || p.Labels[kube.LabelClaimedBy] != "" || p.DeletionTimestamp != nil || kube.IsFinished(p)
 	s.gone = s.gone || deleted
-	s.failed = s.failed || s.ready.IsZero() && kube.IsFinished(p)
+	s.failed = s.failed || kube.NeverStarted(p)
 	close(tr.changed)
 	tr.changed = make(chan struct{})
 }

@@ -203,8 +203,11 @@ func (e *Env) Down(ctx context.Context) error {
 			// A container cgroup that runc left frozen ("unable to freeze",
 			// cgroup v1) cannot be killed, and so neither can the node:
 			// thaw what is frozen under it and try once more.
+			if node == "" {
+				return err
+			}
 			id, ierr := docker(ctx, "inspect", "--format", "{{.Id}}", node)
-			if node == "" || ierr != nil {
+			if ierr != nil {
 				return err
 			}
 			thawed, terr := thawFrozen(filepath.Join(freezerRoot, "docker", id))
