@@ -356,6 +356,18 @@ func TestPoolServeDies(t *testing.T) {
 				}
 			}
 
+			// The replacement is told by what existed before: creation
+			// timestamps are whole seconds, and the ReplicaSet can make it
+			// in the second before the delete's answer reaches us.
+			before, err := servePods(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			existed := map[types.UID]bool{}
+			for _, p := range before {
+				existed[p.UID] = true
+			}
+
 			// Grace 0: the pod object goes at once, as after a node loss,
 			// and its bound service-account token with it, so the dying
 			// serve's own shutdown cannot delete its pods (its deletes get
@@ -388,7 +400,7 @@ func TestPoolServeDies(t *testing.T) {
 
 			// The replacement, not the other replica that was there all along.
 			newer := func(p corev1.Pod) bool {
-				return p.UID != old.UID && !p.CreationTimestamp.Time.Before(start.Truncate(time.Second)) && podReady(p)
+				return !existed[p.UID] && podReady(p)
 			}
 			_, owner := forwardToServe(ctx, t, cfg, newer)
 			took := waitWarm(ctx, t, pe.cs, owner, pe.target, newServeDeadline)

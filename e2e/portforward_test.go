@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,29 +45,16 @@ func forwardToServe(ctx context.Context, t *testing.T, cfg *envconf.Config, pick
 		t.Fatal(err)
 	}
 	r := cfg.Client().Resources()
-	dep := &appsv1.Deployment{}
-	if err := r.Get(ctx, kindenv.Deployment, kindenv.Namespace, dep); err != nil {
-		t.Fatalf("get deployment: %v", err)
-	}
-	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
-	if err != nil {
-		t.Fatalf("deployment selector: %v", err)
-	}
-	cs, err := kubernetes.NewForConfig(r.GetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The serve pod is not Ready while its pool has no warm pod (it is
 	// refilling after earlier tests): wait for one rather than fail.
 	var pod string
-	var seen int
-	err = wait.For(func(ctx context.Context) (bool, error) {
-		pods, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-		if err != nil {
+	var seen []corev1.Pod
+	err := wait.For(func(ctx context.Context) (bool, error) {
+		var err error
+		if seen, err = servePods(ctx, cfg); err != nil {
 			return false, err
 		}
-		seen = len(pods.Items)
-		for _, p := range pods.Items {
+		for _, p := range seen {
 			if p.DeletionTimestamp == nil && pick(p) {
 				pod = p.Name
 				return true, nil
@@ -75,7 +63,11 @@ func forwardToServe(ctx context.Context, t *testing.T, cfg *envconf.Config, pick
 		return false, nil
 	}, wait.WithContext(ctx), wait.WithTimeout(3*time.Minute), wait.WithInterval(time.Second))
 	if err != nil {
-		t.Fatalf("no suitable pod of deployment %s (%d pods): %v", kindenv.Deployment, seen, err)
+		t.Fatalf("no suitable pod of deployment %s: %v; its pods: %s", kindenv.Deployment, err, describePods(seen))
+	}
+	cs, err := kubernetes.NewForConfig(r.GetConfig())
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	transport, upgrader, err := spdy.RoundTripperFor(r.GetConfig())
@@ -117,4 +109,56 @@ func podReady(p corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// servePods lists the pods of the sandbox Deployment, by its own selector.
+func servePods(ctx context.Context, cfg *envconf.Config) ([]corev1.Pod, error) {
+	r := cfg.Client().Resources()
+	dep := &appsv1.Deployment{}
+	if err := r.Get(ctx, kindenv.Deployment, kindenv.Namespace, dep); err != nil {
+		return nil, fmt.Errorf("get deployment: %w", err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("deployment selector: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(r.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	l, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// describePods says, for a failure message, what state each pod was last
+// seen in: enough to tell a pod that never started from one never Ready.
+func describePods(pods []corev1.Pod) string {
+	if len(pods) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, p := range pods {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s (uid %s, created %s, phase %s, ready %t", p.Name, p.UID,
+			p.CreationTimestamp.UTC().Format(time.TimeOnly), p.Status.Phase, podReady(p))
+		if p.DeletionTimestamp != nil {
+			b.WriteString(", deleting")
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, ", %s restarts %d", c.Name, c.RestartCount)
+			if w := c.State.Waiting; w != nil {
+				fmt.Fprintf(&b, " waiting %s: %s", w.Reason, w.Message)
+			}
+			if x := c.LastTerminationState.Terminated; x != nil {
+				fmt.Fprintf(&b, " last %s: %s", x.Reason, x.Message)
+			}
+		}
+		b.WriteString(")")
+	}
+	return b.String()
 }
