@@ -34,7 +34,7 @@ func IsFinished(pod *corev1.Pod) bool {
 // it, as runc's "unable to freeze" does now and then on a busy cgroup v1
 // node). Nothing of the pod's own ran, so making it again is safe.
 func NeverStarted(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.ContainerStatuses {
+	for _, c := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
 		if t := c.State.Terminated; t != nil && t.Reason == "StartError" {
 			return true
 		}

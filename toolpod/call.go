@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -25,7 +27,8 @@ import (
 // Call runs call in a new pod of call.Image and deletes the pod before it
 // returns (or, if the delete fails, leaves it to the janitor and
 // activeDeadlineSeconds). A pod that is not Ready within the readiness
-// deadline is a 504 naming what it waited for.
+// deadline is a 504 naming what it waited for; one whose containers never
+// started is made again, up to startAttempts pods within that deadline.
 func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error) {
 	if err := c.acquire(ctx); err != nil {
 		return api.CallResult{}, err
@@ -34,41 +37,31 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error
 	c.calls.Add(1)
 	defer c.calls.Done()
 
-	name := kube.ToolPodName()
 	o := c.opts.Pod
 	o.Image = call.Image
-	pod := kube.ToolPod(o, name, kube.RandomUID())
-	log := c.log.With("pod", name, "image", call.Image, "function", call.Function())
-
-	c.mu.Lock()
-	c.active[name] = true
-	c.m.active.Set(float64(len(c.active)))
-	c.mu.Unlock()
-	defer c.remove(name, log)
-
-	// The watch opens before the create, so no status change is missed.
+	// The readiness deadline covers every attempt at a pod.
 	wctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
 	defer cancel()
-	w, err := c.watch(wctx, name)
-	if err != nil {
-		return api.CallResult{}, fmt.Errorf("watch tool pod %s: %w", name, err)
-	}
-	defer w.Stop()
-	created := time.Now()
-	if _, err := c.opts.Client.CoreV1().Pods(c.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		if apierrors.IsForbidden(err) {
-			// Admission (Pod Security, a quota) refused it: say so plainly.
-			return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("create tool pod: refused by the cluster: %v", err)}
+	var (
+		ready *corev1.Pod
+		name  string
+		log   *slog.Logger
+	)
+	for attempt := 1; ; attempt++ {
+		name = kube.ToolPodName()
+		log = c.log.With("pod", name, "image", call.Image, "function", call.Function())
+		var err error
+		ready, err = c.start(wctx, ctx, o, name, log)
+		if err == nil {
+			break
 		}
-		return api.CallResult{}, fmt.Errorf("create tool pod %s: %w", name, err)
+		c.remove(name, log)
+		if !errors.Is(err, errNeverStarted) || attempt == startAttempts {
+			return api.CallResult{}, err
+		}
+		log.Warn("the tool pod's container never started; making the pod again", "attempt", attempt, "err", err)
 	}
-	ready, err := c.waitReady(wctx, ctx, w, name)
-	if err != nil {
-		log.Info("tool pod not ready", "err", err, "waited", time.Since(created))
-		return api.CallResult{}, err
-	}
-	c.m.ready.Observe(time.Since(created).Seconds())
-	log.Debug("tool pod ready", "startup", time.Since(created))
+	defer c.remove(name, log)
 	res, err := c.send(ctx, ready, call)
 	if err != nil {
 		log.Info("call failed", "err", err)
@@ -76,6 +69,50 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error
 	}
 	res.SandboxID = name
 	return res, nil
+}
+
+// startAttempts is how many pods a call makes, at most, when their
+// containers never start (kube.NeverStarted): nothing of the call has run
+// in such a pod, so another is safe, and the runtime's failure is rare
+// enough that a third is as far as it is worth going.
+const startAttempts = 3
+
+// errNeverStarted marks a tool pod that ended before its containers
+// started.
+var errNeverStarted = errors.New("its container never started")
+
+// start makes the call's pod under name and waits, until wctx ends, for it
+// to be Ready. The pod is in c.active from before its creation; the caller
+// removes it.
+func (c *Caller) start(wctx, ctx context.Context, o kube.ToolPodOptions, name string, log *slog.Logger) (*corev1.Pod, error) {
+	pod := kube.ToolPod(o, name, kube.RandomUID())
+	c.mu.Lock()
+	c.active[name] = true
+	c.m.active.Set(float64(len(c.active)))
+	c.mu.Unlock()
+
+	// The watch opens before the create, so no status change is missed.
+	w, err := c.watch(wctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("watch tool pod %s: %w", name, err)
+	}
+	defer w.Stop()
+	created := time.Now()
+	if _, err := c.opts.Client.CoreV1().Pods(c.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsForbidden(err) {
+			// Admission (Pod Security, a quota) refused it: say so plainly.
+			return nil, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("create tool pod: refused by the cluster: %v", err)}
+		}
+		return nil, fmt.Errorf("create tool pod %s: %w", name, err)
+	}
+	ready, err := c.waitReady(wctx, ctx, w, name)
+	if err != nil {
+		log.Info("tool pod not ready", "err", err, "waited", time.Since(created))
+		return nil, err
+	}
+	c.m.ready.Observe(time.Since(created).Seconds())
+	log.Debug("tool pod ready", "startup", time.Since(created))
+	return ready, nil
 }
 
 // remove deletes the call's pod, off the request's context.
@@ -162,6 +199,9 @@ func judgeStart(p *corev1.Pod) (bool, *corev1.Pod, error) {
 		msg := kube.RunnerMessage(p)
 		msg = strings.TrimSpace(msg[strings.LastIndex(msg, api.NotSealed)+len(api.NotSealed):])
 		return true, nil, api.NotSealedError(fmt.Sprintf("tool pod %s could not prove its egress cut, so the call did not run (is NetworkPolicy enforced in this cluster?)%s", p.Name, msg))
+	case kube.IsFinished(p) && kube.NeverStarted(p):
+		return true, nil, fmt.Errorf("%w: %w", errNeverStarted, &api.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("tool pod %s ended before its containers started (the runtime failed to create them): %s", p.Name, kube.ToolWaiting(p))})
 	case kube.IsFinished(p) || p.DeletionTimestamp != nil:
 		return true, nil, &api.Error{Status: http.StatusBadGateway,
 			Msg: fmt.Sprintf("tool pod %s failed before it was Ready: %s", p.Name, kube.ToolWaiting(p))}

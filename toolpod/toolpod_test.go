@@ -35,6 +35,7 @@ type env struct {
 	caller  *Caller
 	created atomic.Value // *corev1.Pod: the last pod created
 	body    atomic.Value // string: the last body the runner got
+	creates atomic.Int32
 }
 
 func newEnv(t *testing.T, start func(*corev1.Pod), runner http.HandlerFunc, ready time.Duration) *env {
@@ -51,6 +52,7 @@ func newEnv(t *testing.T, start func(*corev1.Pod), runner http.HandlerFunc, read
 	e.cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
 		pod.CreationTimestamp = metav1.Now()
+		e.creates.Add(1)
 		start(pod)
 		e.created.Store(pod.DeepCopy())
 		return false, nil, nil
@@ -166,6 +168,60 @@ func TestCallFailedPodIs502(t *testing.T) {
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Msg, "exited with code 127") {
 		t.Fatalf("err %v, want 502 naming the init container's exit", err)
+	}
+	if got := e.creates.Load(); got != 1 {
+		t.Errorf("%d pods made for a pod whose own container failed, want 1", got)
+	}
+	if n := e.podCount(t); n != 0 {
+		t.Errorf("%d pods left", n)
+	}
+}
+
+// neverStarted is the status the kubelet gives a pod whose container the
+// runtime failed to create (runc's "unable to freeze" on a busy cgroup v1
+// node).
+func neverStarted(pod *corev1.Pod) {
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: kube.ToolInitContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.RunnerContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 128, Reason: "StartError", Message: "failed to create containerd task: runc create failed: unable to freeze"}}}}
+}
+
+// TestCallPodThatNeverStartedIsMadeAgain: the call goes to a new pod when
+// its pod's container never started, and gives up after startAttempts
+// pods with a 502 that says why. The control is TestCallFailedPodIs502: a
+// pod whose own container ran and failed is not made again.
+func TestCallPodThatNeverStartedIsMadeAgain(t *testing.T) {
+	var n atomic.Int32
+	e := newEnv(t, func(p *corev1.Pod) {
+		if n.Add(1) < startAttempts {
+			neverStarted(p)
+			return
+		}
+		ready(p)
+	}, answer(api.CallResult{Result: json.RawMessage(`1`)}), 5*time.Second)
+	res, err := e.caller.Call(t.Context(), testCall(t, "agent:dev"))
+	if err != nil || string(res.Result) != "1" {
+		t.Fatalf("result %+v, err %v; want the call answered by the last pod", res, err)
+	}
+	if got := e.creates.Load(); got != startAttempts {
+		t.Errorf("%d pods made, want %d", got, startAttempts)
+	}
+	if res.SandboxID != e.created.Load().(*corev1.Pod).Name {
+		t.Errorf("sandbox_id %s, want the last pod's name", res.SandboxID)
+	}
+	if n := e.podCount(t); n != 0 {
+		t.Errorf("%d pods left", n)
+	}
+
+	e = newEnv(t, neverStarted, answer(api.CallResult{}), 5*time.Second)
+	_, err = e.caller.Call(t.Context(), testCall(t, "agent:dev"))
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Msg, "containers started") || !strings.Contains(ae.Msg, "StartError") {
+		t.Fatalf("err %v, want 502 saying the containers never started", err)
+	}
+	if got := e.creates.Load(); got != startAttempts {
+		t.Errorf("%d pods made, want %d", got, startAttempts)
 	}
 	if n := e.podCount(t); n != 0 {
 		t.Errorf("%d pods left", n)
