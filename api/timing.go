@@ -23,6 +23,21 @@ const (
 	TimingRunnerJob = "runner_job" // the runner: its handler, the job's decode to its answer
 )
 
+// The parts that say how the pod that ran an execution came to be warm,
+// each timed by its runner from the runner's own start (the pod's creation
+// is not visible from inside it). They are not part of the request's
+// latency; serve passes them on so that a pod's create-to-Ready can be
+// split without reading the pods' logs.
+const (
+	TimingPodPython = "pod_python" // runner start to its python3 waiting for the job
+	TimingPodSealed = "pod_sealed" // runner start to the first proof that its egress is cut
+	TimingPodReady  = "pod_ready"  // runner start to its first Ready answer to the kubelet
+	TimingPodWarm   = "pod_warm"   // first Ready answer to the job's arrival: the time spent warm
+)
+
+// IsPodPart says whether a Server-Timing part is one of the TimingPod* parts.
+func IsPodPart(name string) bool { return strings.HasPrefix(name, "pod_") }
+
 // Timing collects the parts of one request. The zero value is ready; a nil
 // *Timing takes nothing, so code on the request path times itself whether or
 // not anyone asked.
@@ -70,6 +85,9 @@ func (t *Timing) addMS(name string, ms float64) {
 	}
 	t.parts = append(t.parts, timingPart{name, ms})
 }
+
+// AddMS records that part name took ms milliseconds, as Add does.
+func (t *Timing) AddMS(name string, ms float64) { t.addMS(name, ms) }
 
 // Header is the Server-Timing value: the parts in the order first added.
 func (t *Timing) Header() string {

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,8 +213,11 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 		return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
 			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
 	}
-	if ms, ok := api.ParseServerTiming(resp.Header.Get(api.ServerTiming))[api.TimingRunnerJob]; ok {
-		timing.Add(api.TimingRunnerJob, time.Duration(ms*float64(time.Millisecond)))
+	parts := api.ParseServerTiming(resp.Header.Get(api.ServerTiming))
+	for _, name := range slices.Sorted(maps.Keys(parts)) {
+		if name == api.TimingRunnerJob || api.IsPodPart(name) {
+			timing.AddMS(name, parts[name])
+		}
 	}
 	var res exec.Result
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResultBytes)).Decode(&res); err != nil {

@@ -660,7 +660,7 @@ func TestExecuteTiming(t *testing.T) {
 	e.waitWarm(3)
 	e.handler.Store(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(20 * time.Millisecond)
-		w.Header().Set(api.ServerTiming, api.TimingRunnerJob+";dur=12.5")
+		w.Header().Set(api.ServerTiming, api.TimingRunnerJob+";dur=12.5, "+api.TimingPodReady+";dur=900, other;dur=1")
 		okRunner(w, r)
 	}))
 	ctx, timing := api.WithTiming(context.Background())
@@ -673,5 +673,8 @@ func TestExecuteTiming(t *testing.T) {
 	}
 	if got[api.TimingRunner] < 20 || got[api.TimingRunnerJob] != 12.5 {
 		t.Errorf("timing %v: want %s of at least 20 ms and the runner's %s of 12.5 ms", got, api.TimingRunner, api.TimingRunnerJob)
+	}
+	if _, ok := got["other"]; got[api.TimingPodReady] != 900 || ok {
+		t.Errorf("timing %v: want the runner's %s passed on, and no part of its that is not the pod's", got, api.TimingPodReady)
 	}
 }

@@ -96,11 +96,38 @@ type Server struct {
 	taken    atomic.Bool   // set when a job is accepted; never cleared after it ran
 	done     chan struct{} // closed after the job's answer is written
 	once     sync.Once
+	born     time.Time // New's start: the runner's own start, as near as it can see
+	startup  startup
+}
+
+// startup is when the runner's pod got warm, each moment as the time since
+// born (0: not yet), for the TimingPod* parts of the job's answer.
+type startup struct {
+	python, sealed, ready atomic.Int64
+}
+
+// mark records d as the moment of m, once.
+func mark(m *atomic.Int64, d time.Duration) { m.CompareAndSwap(0, max(int64(d), 1)) }
+
+// add puts the moments known into timing; arrived is when the job came.
+func (st *startup) add(timing *api.Timing, born, arrived time.Time) {
+	for _, p := range []struct {
+		name string
+		at   *atomic.Int64
+	}{{api.TimingPodPython, &st.python}, {api.TimingPodSealed, &st.sealed}, {api.TimingPodReady, &st.ready}} {
+		if d := p.at.Load(); d > 0 {
+			timing.Add(p.name, time.Duration(d))
+		}
+	}
+	if d := st.ready.Load(); d > 0 {
+		timing.Add(api.TimingPodWarm, arrived.Sub(born.Add(time.Duration(d))))
+	}
 }
 
 // New binds the listener, so that the address is known (and the port taken)
 // before Run serves.
 func New(opts Options) (*Server, error) {
+	born := time.Now()
 	if opts.Exec.Dir == "" {
 		return nil, errors.New("runner: no working directory")
 	}
@@ -135,7 +162,7 @@ func New(opts Options) (*Server, error) {
 	opts.Exec.Nice = snippetNice
 	opts.Exec.IdleCPU = true
 	opts.Logger.Info("process budget", "pids_max", pidsMax, "snippet_max_procs", procs, "runner_reserve", int64(runnerReserve))
-	s := &Server{opts: opts, done: make(chan struct{})}
+	s := &Server{opts: opts, done: make(chan struct{}), born: born}
 	if opts.Resolver != "" {
 		// Before the runner's own port: the pod is not Ready, and so runs
 		// nothing, until both are bound.
@@ -146,6 +173,7 @@ func New(opts Options) (*Server, error) {
 	if len(opts.SealTargets) > 0 {
 		s.guard = seal.NewGuard(seal.Prover{Targets: opts.SealTargets}, func(c seal.Check) {
 			if c.Sealed {
+				mark(&s.startup.sealed, time.Since(s.born))
 				opts.Logger.Info("network sealed: every target is cut", "evidence", c.Evidence())
 			} else {
 				opts.Logger.Warn(api.NotSealed+": not Ready, no job taken until it is", "evidence", c.Evidence())
@@ -249,6 +277,7 @@ wait:
 			return fmt.Errorf("runner: serve: %w", err)
 		case <-ready:
 			ready, notReady = nil, nil
+			mark(&s.startup.python, time.Since(s.born))
 			s.opts.Logger.Info("python3 waits for the job", "pid", s.interp.Pid(), "start_ms", time.Since(started).Milliseconds())
 		case <-notReady:
 			cause = fmt.Errorf("python3 was not waiting for the job %s after its start", s.opts.ReadyTimeout)
@@ -310,6 +339,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	case s.interp != nil && !isClosed(s.interp.Ready()):
 		api.WriteError(w, http.StatusServiceUnavailable, "python3 is starting")
 	default:
+		mark(&s.startup.ready, time.Since(s.born))
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
 }
@@ -428,6 +458,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	log.Info("execution", "outcome", api.OutcomeOf(res))
 	var timing api.Timing
 	timing.Add(api.TimingRunnerJob, time.Since(began))
+	s.startup.add(&timing, s.born, began)
 	w.Header().Set(api.ServerTiming, timing.Header())
 	api.WriteJSON(w, http.StatusOK, res)
 	if f, ok := w.(http.Flusher); ok {

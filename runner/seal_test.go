@@ -3,6 +3,7 @@ package runner
 import (
 	"encoding/json"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,40 @@ func TestGivesUpUnproven(t *testing.T) {
 	}
 	if took := time.Since(start); took < 1500*time.Millisecond || took > 5*time.Second {
 		t.Errorf("gave up after %s, want about 1.5 s", took)
+	}
+}
+
+// TestPodStartupTiming: the job's answer says when the runner's python3
+// waited, its seal was proven and it was first Ready, from its own start,
+// and how long it then stayed warm; a runner with nothing to prove has no
+// pod_sealed part.
+func TestPodStartupTiming(t *testing.T) {
+	timings := func(url string) map[string]float64 {
+		t.Helper()
+		waitReady(t, url)
+		time.Sleep(40 * time.Millisecond)
+		req, err := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/execute", strings.NewReader(`{"code": "print(1)"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return api.ParseServerTiming(resp.Header.Get(api.ServerTiming))
+	}
+	_, url, ran := startSealed(t, closedAddr(t), false)
+	got := timings(url)
+	<-ran
+	py, sealed, ready, warm := got[api.TimingPodPython], got[api.TimingPodSealed], got[api.TimingPodReady], got[api.TimingPodWarm]
+	if py <= 0 || sealed <= 0 || ready < max(py, sealed) || warm < 40 {
+		t.Errorf("timing %v: want python3 and the seal before the first Ready, and at least 40 ms warm", got)
+	}
+
+	url, _ = start(t)
+	got = timings(url)
+	if _, ok := got[api.TimingPodSealed]; ok || got[api.TimingPodReady] < got[api.TimingPodPython] || got[api.TimingPodPython] <= 0 {
+		t.Errorf("timing without seal targets %v: want python3's wait and the first Ready, no seal", got)
 	}
 }

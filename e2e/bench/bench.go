@@ -412,6 +412,7 @@ func (b *Bench) measureFloor(ctx context.Context) error {
 func (b *Bench) measureWarm(ctx context.Context) error {
 	since := time.Now()
 	var refills []float64
+	var warm []Sample // every round's, for the pods' own account of their start
 	for _, c := range slices.Sorted(maps.Keys(b.o.Rounds)) {
 		phase := fmt.Sprintf("warm c%d", c)
 		var all []Sample
@@ -438,6 +439,7 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 			}
 		}
 		b.samples = append(b.samples, all...)
+		warm = append(warm, all...)
 		b.rows = append(b.rows, Row{What: fmt.Sprintf("warm /v1/execute, concurrency %d", c), MS: latencies(all, false),
 			Rate: fmt.Sprintf("%.1f exec/s", Percentile(rates, 50)),
 			Note: fmt.Sprintf("%d rounds of %d at once on full pools, via the Service; rate: median round", b.o.Rounds[c], c) + failures(all)})
@@ -448,6 +450,7 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 	b.rows = append(b.rows,
 		Row{What: "pool refill: request to a new Ready pod", MS: refills, Note: "per concurrency-1 round, the replica that ran it"},
 		Row{What: "sandbox pod create to Ready", MS: b.sandbox.startups(since), Note: "the pools' pods during the warm rounds, as a watch sees them"})
+	b.rows = append(b.rows, PodStartup(warm)...)
 	return nil
 }
 
@@ -634,7 +637,9 @@ func (b *Bench) measureOverload(ctx context.Context) error {
 		note += fmt.Sprintf("; %.0f%% of the bare pod start rate", 100*rate/raw)
 	}
 	b.rows = append(b.rows, Row{What: "sustained overload through the Service", MS: latencies(s, false),
-		Rate: fmt.Sprintf("%.2f exec/s", rate), Note: note + failures(s)})
+		Rate: fmt.Sprintf("%.2f exec/s", rate), Note: note + failures(s)},
+		Row{What: "sandbox pod create to Ready, under the overload", MS: b.sandbox.startups(start), Note: "as a watch sees them"})
+	b.rows = append(b.rows, PodStartup(s)...)
 	return nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/sandboxd/sandbox/api"
 )
 
 // Sample is one measurement, as the raw samples file stores it.
@@ -121,6 +123,28 @@ func Breakdown(samples []Sample) []Row {
 			}
 		}
 		if len(xs) > 0 {
+			rows = append(rows, Row{What: "  part: " + p.what, MS: xs})
+		}
+	}
+	return rows
+}
+
+// podParts are the runner's own account of how the pod that ran an
+// execution got warm, each from the runner's start (the pod's creation is
+// not visible from inside it).
+var podParts = []struct{ what, name string }{
+	{"runner start to python3 waiting", api.TimingPodPython},
+	{"runner start to its egress proven cut", api.TimingPodSealed},
+	{"runner start to its first Ready answer", api.TimingPodReady},
+	{"then warm, until its job came", api.TimingPodWarm},
+}
+
+// PodStartup gives a row for each of podParts over the correct samples
+// that carry it, to set beside the create-to-Ready a watch sees.
+func PodStartup(samples []Sample) []Row {
+	var rows []Row
+	for _, p := range podParts {
+		if xs := timings(samples, p.name); len(xs) > 0 {
 			rows = append(rows, Row{What: "  part: " + p.what, MS: xs})
 		}
 	}

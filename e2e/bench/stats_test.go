@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandbox/api"
 )
 
 func TestPercentile(t *testing.T) {
@@ -89,5 +92,26 @@ func TestParseCompare(t *testing.T) {
 		if _, err := ParseCompare(bad); err == nil {
 			t.Errorf("ParseCompare(%q) took it", bad)
 		}
+	}
+}
+
+func TestPodStartup(t *testing.T) {
+	s := []Sample{
+		{OK: true, Timing: map[string]float64{api.TimingPodPython: 60, api.TimingPodSealed: 900, api.TimingPodReady: 1100, api.TimingPodWarm: 3000}},
+		{OK: false, Timing: map[string]float64{api.TimingPodPython: 1}},
+		{OK: true, Timing: map[string]float64{api.TimingPodPython: 70}}, // a runner with nothing to prove
+	}
+	got := map[string][]float64{}
+	for _, r := range PodStartup(s) {
+		got[r.What] = r.MS
+	}
+	want := map[string][]float64{
+		"  part: runner start to python3 waiting":        {60, 70},
+		"  part: runner start to its egress proven cut":  {900},
+		"  part: runner start to its first Ready answer": {1100},
+		"  part: then warm, until its job came":          {3000},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows %v, want %v", got, want)
 	}
 }
