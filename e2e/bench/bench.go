@@ -134,6 +134,7 @@ type Bench struct {
 	samples []Sample
 	rows    []Row
 	meta    map[string]string
+	rest    float64 // CPUs the machine keeps busy at rest (restCPU); 0 until measured
 }
 
 // Run measures everything and prints the table; the raw samples go to
@@ -417,6 +418,17 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 		phase := fmt.Sprintf("warm c%d", c)
 		var all []Sample
 		var rates []float64
+		var rest float64
+		var mark cpuMark
+		if c == 1 {
+			var err error
+			if rest, err = b.restCPU(ctx); err != nil {
+				return err
+			}
+			if mark, err = markCPU(); err != nil {
+				return err
+			}
+		}
 		for range b.o.Rounds[c] {
 			if err := b.waitFull(ctx); err != nil {
 				return err
@@ -445,6 +457,16 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 			Note: fmt.Sprintf("%d rounds of %d at once on full pools, via the Service; rate: median round", b.o.Rounds[c], c) + failures(all)})
 		if c == 1 {
 			b.rows = append(b.rows, Breakdown(all)...)
+			// Each execution's pod is deleted and replaced: that is in the cost.
+			if err := b.waitFull(ctx); err != nil {
+				return err
+			}
+			cost, err := mark.beyondRest(rest)
+			if err != nil {
+				return err
+			}
+			b.rows = append(b.rows, cpuRow("node CPU per warm execution, concurrency 1", cost, len(all), rest,
+				"over the rounds and their refills"))
 		}
 	}
 	b.rows = append(b.rows,

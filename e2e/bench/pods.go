@@ -91,6 +91,18 @@ func (b *Bench) measureBarePods(ctx context.Context) error {
 	names := make([]string, b.o.BareBatch)
 	created := make([]time.Time, b.o.BareBatch)
 	errs := make([]error, b.o.BareBatch)
+	// The batch's cost is its own: the pods above go first.
+	if err := tr.waitGone(ctx); err != nil {
+		return err
+	}
+	rest, err := b.restCPU(ctx)
+	if err != nil {
+		return err
+	}
+	mark, err := markCPU()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range names {
@@ -135,14 +147,11 @@ func (b *Bench) measureBarePods(ctx context.Context) error {
 		b.deletePod(ctx, n)
 	}
 	// Gone before the next phase, which must not share the node's starts.
-	if _, err := tr.waitUntil(ctx, 2*time.Minute, "bare pods gone", func() bool {
-		for _, s := range tr.pods {
-			if !s.gone {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
+	if err := tr.waitGone(ctx); err != nil {
+		return err
+	}
+	cost, err := mark.beyondRest(rest)
+	if err != nil {
 		return err
 	}
 	b.rows = append(b.rows,
@@ -152,6 +161,8 @@ func (b *Bench) measureBarePods(ctx context.Context) error {
 	if failed > 0 {
 		b.rows[len(b.rows)-1].Note += fmt.Sprintf("; %d bare pods (of both rows) failed to start and are left out", failed)
 	}
+	b.rows = append(b.rows, cpuRow("node CPU per bare pod, created and deleted", cost, len(names), rest,
+		"from the batch's creation until its pods are gone"))
 	return nil
 }
 
@@ -216,4 +227,17 @@ func (b *Bench) measureBurst(ctx context.Context) error {
 		MS: latencies(s, false), Rate: fmt.Sprintf("%.1f exec/s", float64(ok)/wall.Seconds()),
 		Note: fmt.Sprintf("503s: %d; %s in all (from the host); unclaimed pods at most %v", busy, wall.Round(100*time.Millisecond), largest) + failures(s)})
 	return nil
+}
+
+// waitGone waits until every pod the tracker has seen is gone.
+func (tr *tracker) waitGone(ctx context.Context) error {
+	_, err := tr.waitUntil(ctx, 2*time.Minute, "every pod it saw gone", func() bool {
+		for _, s := range tr.pods {
+			if !s.gone {
+				return false
+			}
+		}
+		return true
+	})
+	return err
 }
