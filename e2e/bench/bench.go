@@ -461,7 +461,7 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 			if err := b.waitFull(ctx); err != nil {
 				return err
 			}
-			cost, err := mark.beyondRestAfter(ctx, rest, settle)
+			cost, err := mark.costAfter(ctx, rest, settle)
 			if err != nil {
 				return err
 			}

@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,35 +60,38 @@ func parseBusy(stat string) (float64, error) {
 	return float64(busy) / userHZ, nil
 }
 
-// cpuMark is the machine's busy time at a moment.
+// cpuMark is the machine's busy time at a moment, and every process's.
 type cpuMark struct {
-	busy float64
-	at   time.Time
+	busy  float64
+	at    time.Time
+	procs map[int]procTime
 }
 
 func markCPU() (cpuMark, error) {
 	busy, err := busySeconds()
-	return cpuMark{busy, time.Now()}, err
+	return cpuMark{busy, time.Now(), readProcs()}, err
 }
 
-// beyondRest is the busy CPU-seconds since m beyond rest CPUs busy.
-func (m cpuMark) beyondRest(rest float64) (float64, error) {
-	return m.beyondRestAfter(context.Background(), rest, 0)
+// cpuCost is what the machine spent since a mark beyond its rest, and
+// which commands spent it.
+type cpuCost struct {
+	total float64
+	by    map[string]float64 // CPU-seconds by command name
 }
 
-// beyondRestAfter is beyondRest read after wait, so that work still under
+// costAfter is the cost since m, read after wait so that work still under
 // way counts.
-func (m cpuMark) beyondRestAfter(ctx context.Context, rest float64, wait time.Duration) (float64, error) {
+func (m cpuMark) costAfter(ctx context.Context, rest float64, wait time.Duration) (cpuCost, error) {
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return cpuCost{}, ctx.Err()
 	case <-time.After(wait):
 	}
 	now, err := markCPU()
 	if err != nil {
-		return 0, err
+		return cpuCost{}, err
 	}
-	return now.busy - m.busy - rest*now.at.Sub(m.at).Seconds(), nil
+	return cpuCost{now.busy - m.busy - rest*now.at.Sub(m.at).Seconds(), byCommand(m.procs, now.procs)}, nil
 }
 
 // restCPU measures, once, how many CPUs the machine keeps busy at rest:
@@ -101,23 +107,111 @@ func (b *Bench) restCPU(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(idleSpan):
-	}
-	busy, err := m.beyondRest(0)
+	c, err := m.costAfter(ctx, 0, idleSpan)
 	if err != nil {
 		return 0, err
 	}
-	b.rest = busy / time.Since(m.at).Seconds()
+	b.rest = c.total / time.Since(m.at).Seconds()
 	b.meta["CPUs busy at rest"] = fmt.Sprintf("%.2f", b.rest)
 	return b.rest, nil
 }
 
 // cpuRow is a row of one figure: the CPU-seconds a phase cost per unit
-// beyond rest.
-func cpuRow(what string, cost float64, n int, rest float64, how string) Row {
-	return Row{What: what, Rate: fmt.Sprintf("%.2f CPU-s", cost/float64(n)),
-		Note: fmt.Sprintf("the machine's busy CPU time %s and %s after, less its rest (%.2f CPUs busy), over %d", how, settle, rest, n)}
+// beyond rest, with the commands that spent the most of it.
+func cpuRow(what string, c cpuCost, n int, rest float64, how string) Row {
+	return Row{What: what, Rate: fmt.Sprintf("%.2f CPU-s", c.total/float64(n)),
+		Note: fmt.Sprintf("the machine's busy CPU time %s and %s after, less its rest (%.2f CPUs busy), over %d; by command, in CPU-s each: %s",
+			how, settle, rest, n, topCommands(c.by, topShown, n))}
+}
+
+// The CPU time of processes, from /proc/<pid>/stat.
+
+// procTime is one process's command name and CPU time in clock ticks:
+// its own and that of the children it has reaped, so that short-lived
+// processes (runc, a container's python3) count in their parent.
+type procTime struct {
+	comm  string
+	ticks uint64
+}
+
+// topShown is how many commands a row names.
+const topShown = 8
+
+// readProcs reads every live process's CPU time; processes that end
+// while it reads are passed over.
+func readProcs() map[int]procTime {
+	out := map[int]procTime{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if p, err := parseProcStat(string(b)); err == nil {
+			out[pid] = p
+		}
+	}
+	return out
+}
+
+// parseProcStat reads the command name and utime + stime + cutime +
+// cstime of a /proc/<pid>/stat line. The name is the text between the
+// first "(" and the last ")", since it may hold either; a kernel worker's
+// name, which says what it is doing at the moment, is cut to "kworker".
+func parseProcStat(s string) (procTime, error) {
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return procTime{}, fmt.Errorf("no command name in %q", s)
+	}
+	comm := s[open+1 : closing]
+	if strings.HasPrefix(comm, "kworker/") {
+		comm = "kworker"
+	}
+	// After the name: state (field 3) ... utime, stime, cutime, cstime
+	// (fields 14 to 17).
+	f := strings.Fields(s[closing+1:])
+	if len(f) < 15 {
+		return procTime{}, fmt.Errorf("short stat line %q", s)
+	}
+	var ticks uint64
+	for _, x := range f[11:15] {
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return procTime{}, fmt.Errorf("stat line %q: %w", s, err)
+		}
+		ticks += v
+	}
+	return procTime{comm, ticks}, nil
+}
+
+// byCommand is the CPU-seconds each command name spent from a to b. A pid
+// whose name changed in between is a new process.
+func byCommand(a, b map[int]procTime) map[string]float64 {
+	out := map[string]float64{}
+	for pid, p := range b {
+		was := uint64(0)
+		if q, ok := a[pid]; ok && q.comm == p.comm && q.ticks <= p.ticks {
+			was = q.ticks
+		}
+		if d := p.ticks - was; d > 0 {
+			out[p.comm] += float64(d) / userHZ
+		}
+	}
+	return out
+}
+
+// topCommands names the n commands that spent the most, each per unit of
+// per.
+func topCommands(by map[string]float64, n, per int) string {
+	names := slices.Collect(maps.Keys(by))
+	slices.SortFunc(names, func(x, y string) int { return cmp.Or(cmp.Compare(by[y], by[x]), strings.Compare(x, y)) })
+	var parts []string
+	for _, name := range names[:min(n, len(names))] {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, by[name]/float64(per)))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -1,6 +1,9 @@
 package bench
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestParseBusy(t *testing.T) {
 	got, err := parseBusy("cpu  1000 20 300 5000 70 4 6 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
@@ -12,5 +15,41 @@ func TestParseBusy(t *testing.T) {
 	}
 	if _, err := busySeconds(); err != nil {
 		t.Errorf("this machine's /proc/stat: %v", err)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	// A name with a space and a parenthesis in it; utime 100, stime 50,
+	// cutime 7, cstime 3.
+	p, err := parseProcStat("42 (my (odd) cmd) S 1 42 42 0 -1 4194560 100 0 0 0 100 50 7 3 20 0 1 0 5 0 0\n")
+	if err != nil || p.comm != "my (odd) cmd" || p.ticks != 160 {
+		t.Errorf("got %+v, %v; want my (odd) cmd with 160 ticks", p, err)
+	}
+	if p, _ := parseProcStat("7 (kworker/0:1-events) I 2 0 0 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 5 0 0"); p.comm != "kworker" {
+		t.Errorf("kernel worker named %q, want kworker", p.comm)
+	}
+	if _, err := parseProcStat("42 (x) S 1"); err == nil {
+		t.Error("a short line was read")
+	}
+	if len(readProcs()) == 0 {
+		t.Error("no process read on this machine")
+	}
+}
+
+func TestByCommand(t *testing.T) {
+	a := map[int]procTime{1: {"systemd", 1000}, 2: {"containerd", 500}, 3: {"gone", 9}, 4: {"old", 100}}
+	b := map[int]procTime{1: {"systemd", 1053}, 2: {"containerd", 534}, 4: {"reused", 20}, 5: {"new", 10}}
+	got := byCommand(a, b)
+	want := map[string]float64{"systemd": 0.53, "containerd": 0.34, "reused": 0.2, "new": 0.1}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if math.Abs(got[k]-v) > 1e-9 {
+			t.Errorf("%s: %v, want %v", k, got[k], v)
+		}
+	}
+	if s := topCommands(got, 2, 1); s != "systemd 0.53, containerd 0.34" {
+		t.Errorf("top 2: %q", s)
 	}
 }

@@ -150,7 +150,7 @@ func (b *Bench) measureBarePods(ctx context.Context) error {
 	if err := tr.waitGone(ctx); err != nil {
 		return err
 	}
-	cost, err := mark.beyondRestAfter(ctx, rest, settle)
+	cost, err := mark.costAfter(ctx, rest, settle)
 	if err != nil {
 		return err
 	}
