@@ -134,7 +134,7 @@ type Bench struct {
 	samples []Sample
 	rows    []Row
 	meta    map[string]string
-	rest    float64 // CPUs the machine keeps busy at rest (restCPU); 0 until measured
+	rest    cpuRest // what the machine keeps busy at rest (restCPU); zero until measured
 }
 
 // Run measures everything and prints the table; the raw samples go to
@@ -418,7 +418,7 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 		phase := fmt.Sprintf("warm c%d", c)
 		var all []Sample
 		var rates []float64
-		var rest float64
+		var rest cpuRest
 		var mark cpuMark
 		if c == 1 {
 			var err error

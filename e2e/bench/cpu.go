@@ -79,9 +79,9 @@ type cpuCost struct {
 	by    map[string]float64 // CPU-seconds by command name
 }
 
-// costAfter is the cost since m, read after wait so that work still under
-// way counts.
-func (m cpuMark) costAfter(ctx context.Context, rest float64, wait time.Duration) (cpuCost, error) {
+// costAfter is the cost since m beyond rest, read after wait so that work
+// still under way counts.
+func (m cpuMark) costAfter(ctx context.Context, rest cpuRest, wait time.Duration) (cpuCost, error) {
 	select {
 	case <-ctx.Done():
 		return cpuCost{}, ctx.Err()
@@ -91,37 +91,53 @@ func (m cpuMark) costAfter(ctx context.Context, rest float64, wait time.Duration
 	if err != nil {
 		return cpuCost{}, err
 	}
-	return cpuCost{now.busy - m.busy - rest*now.at.Sub(m.at).Seconds(), byCommand(m.procs, now.procs)}, nil
+	secs := now.at.Sub(m.at).Seconds()
+	by := byCommand(m.procs, now.procs)
+	for c, r := range rest.by {
+		by[c] -= r * secs
+	}
+	return cpuCost{now.busy - m.busy - rest.cpus*secs, by}, nil
+}
+
+// cpuRest is what the machine keeps busy at rest: CPUs in all, and by
+// command.
+type cpuRest struct {
+	cpus float64
+	by   map[string]float64
 }
 
 // restCPU measures, once, how many CPUs the machine keeps busy at rest:
 // the cluster with full pools and no requests.
-func (b *Bench) restCPU(ctx context.Context) (float64, error) {
-	if b.rest > 0 {
+func (b *Bench) restCPU(ctx context.Context) (cpuRest, error) {
+	if b.rest.cpus > 0 {
 		return b.rest, nil
 	}
 	if err := b.waitFull(ctx); err != nil {
-		return 0, err
+		return cpuRest{}, err
 	}
 	m, err := markCPU()
 	if err != nil {
-		return 0, err
+		return cpuRest{}, err
 	}
-	c, err := m.costAfter(ctx, 0, idleSpan)
+	c, err := m.costAfter(ctx, cpuRest{}, idleSpan)
 	if err != nil {
-		return 0, err
+		return cpuRest{}, err
 	}
-	b.rest = c.total / time.Since(m.at).Seconds()
-	b.meta["CPUs busy at rest"] = fmt.Sprintf("%.2f", b.rest)
+	secs := time.Since(m.at).Seconds()
+	b.rest = cpuRest{cpus: c.total / secs, by: map[string]float64{}}
+	for k, v := range c.by {
+		b.rest.by[k] = v / secs
+	}
+	b.meta["CPUs busy at rest"] = fmt.Sprintf("%.2f", b.rest.cpus)
 	return b.rest, nil
 }
 
 // cpuRow is a row of one figure: the CPU-seconds a phase cost per unit
 // beyond rest, with the commands that spent the most of it.
-func cpuRow(what string, c cpuCost, n int, rest float64, how string) Row {
+func cpuRow(what string, c cpuCost, n int, rest cpuRest, how string) Row {
 	return Row{What: what, Rate: fmt.Sprintf("%.2f CPU-s", c.total/float64(n)),
-		Note: fmt.Sprintf("the machine's busy CPU time %s and %s after, less its rest (%.2f CPUs busy), over %d; by command, in CPU-s each: %s",
-			how, settle, rest, n, topCommands(c.by, topShown, n))}
+		Note: fmt.Sprintf("the machine's busy CPU time %s and %s after, less its rest (%.2f CPUs busy), over %d; by command, likewise, in CPU-s each: %s",
+			how, settle, rest.cpus, n, topCommands(c.by, topShown, n))}
 }
 
 // The CPU time of processes, from /proc/<pid>/stat.
