@@ -228,16 +228,3 @@ func (b *Bench) measureBurst(ctx context.Context) error {
 		Note: fmt.Sprintf("503s: %d; %s in all (from the host); unclaimed pods at most %v", busy, wall.Round(100*time.Millisecond), largest) + failures(s)})
 	return nil
 }
-
-// waitGone waits until every pod the tracker has seen is gone.
-func (tr *tracker) waitGone(ctx context.Context) error {
-	_, err := tr.waitUntil(ctx, 2*time.Minute, "every pod it saw gone", func() bool {
-		for _, s := range tr.pods {
-			if !s.gone {
-				return false
-			}
-		}
-		return true
-	})
-	return err
-}

@@ -147,3 +147,16 @@ func (tr *tracker) startups(since time.Time) []float64 {
 	}
 	return out
 }
+
+// waitGone waits until every pod the tracker has seen is gone.
+func (tr *tracker) waitGone(ctx context.Context) error {
+	_, err := tr.waitUntil(ctx, 2*time.Minute, "every pod it saw gone", func() bool {
+		for _, s := range tr.pods {
+			if !s.gone {
+				return false
+			}
+		}
+		return true
+	})
+	return err
+}
