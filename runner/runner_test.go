@@ -56,6 +56,22 @@ func waitReady(t *testing.T, url string) {
 	}
 }
 
+// postJob posts a job to the runner and returns its answer, headers and
+// all; the body is closed when the test ends.
+func postJob(t *testing.T, url, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/execute", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
 func do(t *testing.T, method, url, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
@@ -283,15 +299,7 @@ func assertGone(t *testing.T, file string) {
 // took for the job, which serve passes on (make bench-kind reads it).
 func TestJobTimingHeader(t *testing.T) {
 	url, _ := start(t)
-	req, err := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/execute", strings.NewReader(`{"code": "import time; time.sleep(0.05)"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := postJob(t, url, `{"code": "import time; time.sleep(0.05)"}`)
 	var res exec.Result
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("execute: %d (%v)", resp.StatusCode, err)

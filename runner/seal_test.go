@@ -3,7 +3,6 @@ package runner
 import (
 	"encoding/json"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -180,15 +179,7 @@ func TestPodStartupTiming(t *testing.T) {
 		t.Helper()
 		waitReady(t, url)
 		time.Sleep(40 * time.Millisecond)
-		req, err := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/execute", strings.NewReader(`{"code": "print(1)"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp := postJob(t, url, `{"code": "print(1)"}`)
 		return api.ParseServerTiming(resp.Header.Get(api.ServerTiming))
 	}
 	_, url, ran := startSealed(t, closedAddr(t), false)
