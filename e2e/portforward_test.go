@@ -45,13 +45,17 @@ func forwardToServe(ctx context.Context, t *testing.T, cfg *envconf.Config, pick
 		t.Fatal(err)
 	}
 	r := cfg.Client().Resources()
+	cs, err := kubernetes.NewForConfig(r.GetConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The serve pod is not Ready while its pool has no warm pod (it is
 	// refilling after earlier tests): wait for one rather than fail.
 	var pod string
 	var seen []corev1.Pod
-	err := wait.For(func(ctx context.Context) (bool, error) {
+	err = wait.For(func(ctx context.Context) (bool, error) {
 		var err error
-		if seen, err = servePods(ctx, cfg); err != nil {
+		if seen, err = servePods(ctx, cfg, cs); err != nil {
 			return false, err
 		}
 		for _, p := range seen {
@@ -64,10 +68,6 @@ func forwardToServe(ctx context.Context, t *testing.T, cfg *envconf.Config, pick
 	}, wait.WithContext(ctx), wait.WithTimeout(3*time.Minute), wait.WithInterval(time.Second))
 	if err != nil {
 		t.Fatalf("no suitable pod of deployment %s: %v; its pods: %s", kindenv.Deployment, err, describePods(seen))
-	}
-	cs, err := kubernetes.NewForConfig(r.GetConfig())
-	if err != nil {
-		t.Fatal(err)
 	}
 
 	transport, upgrader, err := spdy.RoundTripperFor(r.GetConfig())
@@ -112,19 +112,14 @@ func podReady(p corev1.Pod) bool {
 }
 
 // servePods lists the pods of the sandbox Deployment, by its own selector.
-func servePods(ctx context.Context, cfg *envconf.Config) ([]corev1.Pod, error) {
-	r := cfg.Client().Resources()
+func servePods(ctx context.Context, cfg *envconf.Config, cs kubernetes.Interface) ([]corev1.Pod, error) {
 	dep := &appsv1.Deployment{}
-	if err := r.Get(ctx, kindenv.Deployment, kindenv.Namespace, dep); err != nil {
+	if err := cfg.Client().Resources().Get(ctx, kindenv.Deployment, kindenv.Namespace, dep); err != nil {
 		return nil, fmt.Errorf("get deployment: %w", err)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("deployment selector: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(r.GetConfig())
-	if err != nil {
-		return nil, err
 	}
 	l, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
