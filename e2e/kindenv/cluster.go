@@ -50,21 +50,32 @@ func (c *Cluster) Exists() (bool, error) {
 	return slices.Contains(names, c.Name), nil
 }
 
+// containerdCgroupfs has runc use the kubelet's cgroup driver.
+const containerdCgroupfs = `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = false
+`
+
 // config is the cluster's kind configuration: one node of our offline image,
 // the pod range our baked CNI config serves, and kubelet settings.
 func (c *Cluster) config(cgroupV1 bool) *v1alpha4.Cluster {
+	// The kubelet and runc manage cgroups themselves (cgroupfs), not through
+	// the node's systemd: on cgroup v1, runc's systemd driver freezes each
+	// new container to set its unit's properties, and on a busy node that
+	// freeze fails ("unable to freeze") and the container never starts.
 	kubelet := "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n" +
+		"cgroupDriver: cgroupfs\n" +
 		fmt.Sprintf("podPidsLimit: %d\n", kube.DefaultPodPidsLimit)
 	if cgroupV1 {
 		// Kubernetes 1.35+ refuses cgroup v1 unless told otherwise.
 		kubelet += "failCgroupV1: false\n"
 	}
 	cfg := &v1alpha4.Cluster{
-		TypeMeta:             v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
-		Name:                 c.Name,
-		Nodes:                []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: c.NodeImage}},
-		Networking:           v1alpha4.Networking{PodSubnet: PodSubnet},
-		KubeadmConfigPatches: []string{kubelet},
+		TypeMeta:                v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
+		Name:                    c.Name,
+		Nodes:                   []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: c.NodeImage}},
+		Networking:              v1alpha4.Networking{PodSubnet: PodSubnet},
+		KubeadmConfigPatches:    []string{kubelet},
+		ContainerdConfigPatches: []string{containerdCgroupfs},
 	}
 	v1alpha4.SetDefaultsCluster(cfg)
 	return cfg
