@@ -143,12 +143,18 @@ func cpuRow(what string, c cpuCost, n int, rest cpuRest, how string) Row {
 // The CPU time of processes, from /proc/<pid>/stat.
 
 // procTime is one process's command name and CPU time in clock ticks:
-// its own and that of the children it has reaped, so that short-lived
-// processes (runc, a container's python3) count in their parent.
+// its own, and that of the children it has reaped, so that short-lived
+// processes (runc, a container's python3) still count, under their
+// parent. The two are kept apart because the parent may be an init that
+// did none of the work: the node's systemd reaps every pod's shim once it
+// ends, and with it all that ran under it.
 type procTime struct {
-	comm  string
-	ticks uint64
+	comm        string
+	own, reaped uint64
 }
+
+// reapedBy is what the reaped time of a command is shown as.
+func reapedBy(comm string) string { return "reaped by " + comm }
 
 // topShown is how many commands a row names.
 const topShown = 8
@@ -193,29 +199,34 @@ func parseProcStat(s string) (procTime, error) {
 	if len(f) < 15 {
 		return procTime{}, fmt.Errorf("short stat line %q", s)
 	}
-	var ticks uint64
-	for _, x := range f[11:15] {
+	var ticks [4]uint64
+	for i, x := range f[11:15] {
 		v, err := strconv.ParseUint(x, 10, 64)
 		if err != nil {
 			return procTime{}, fmt.Errorf("stat line %q: %w", s, err)
 		}
-		ticks += v
+		ticks[i] = v
 	}
-	return procTime{comm, ticks}, nil
+	return procTime{comm, ticks[0] + ticks[1], ticks[2] + ticks[3]}, nil
 }
 
-// byCommand is the CPU-seconds each command name spent from a to b. A pid
-// whose name changed in between is a new process.
+// byCommand is the CPU-seconds each command name spent from a to b, and
+// those its ended children spent (under reapedBy the name). A pid whose
+// name changed in between is a new process.
 func byCommand(a, b map[int]procTime) map[string]float64 {
 	out := map[string]float64{}
+	add := func(name string, now, was uint64) {
+		if now > was {
+			out[name] += float64(now-was) / userHZ
+		}
+	}
 	for pid, p := range b {
-		was := uint64(0)
-		if q, ok := a[pid]; ok && q.comm == p.comm && q.ticks <= p.ticks {
-			was = q.ticks
+		q, ok := a[pid]
+		if !ok || q.comm != p.comm || q.own > p.own || q.reaped > p.reaped {
+			q = procTime{}
 		}
-		if d := p.ticks - was; d > 0 {
-			out[p.comm] += float64(d) / userHZ
-		}
+		add(p.comm, p.own, q.own)
+		add(reapedBy(p.comm), p.reaped, q.reaped)
 	}
 	return out
 }
