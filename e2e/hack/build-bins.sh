@@ -14,6 +14,7 @@ LDFLAGS_STRIP="-s -w"
 # must rebuild it.
 k8s_key() { echo "$K8S_VERSION-$(hash_files "$TOOLS_DIR/go.mod" "$TOOLS_DIR/go.sum")"; }
 pause_key() { hash_files "$TOOLS_DIR"/cmd/pause/*.go; }
+kube_router_key() { echo "$KUBE_ROUTER_VERSION-$(hash_files "$KUBE_ROUTER_DIR/go.mod" "$KUBE_ROUTER_DIR/go.sum")"; }
 
 declare -A SETS=(
 	[kubernetes]="kubernetes-$(k8s_key)"
@@ -22,7 +23,7 @@ declare -A SETS=(
 	[runc]="runc-$RUNC_VERSION"
 	[crictl]="crictl-$CRICTL_VERSION"
 	[cni]="cni-plugins-$CNI_PLUGINS_VERSION"
-	[kube-router]="kube-router-$KUBE_ROUTER_VERSION"
+	[kube-router]="kube-router-$(kube_router_key)"
 	[pause]="pause-$(pause_key)"
 )
 
@@ -72,7 +73,11 @@ gobin() { # gobin OUT PKG@VER...
 
 build_coredns() { gobin "$1" "github.com/coredns/coredns@$COREDNS_VERSION"; }
 build_crictl() { gobin "$1" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"; }
-build_kube_router() { gobin "$1" "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"; }
+build_kube_router() {
+	local m=github.com/cloudnativelabs/kube-router/v2
+	(cd "$KUBE_ROUTER_DIR" && go build -ldflags "$LDFLAGS_STRIP -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+		-o "$1/kube-router" "$m/cmd/kube-router")
+}
 
 build_containerd() {
 	local m=github.com/containerd/containerd/v2/cmd

@@ -10,6 +10,8 @@ E2E_HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 E2E_DIR=$(dirname "$E2E_HACK")
 REPO_ROOT=$(dirname "$E2E_DIR")
 TOOLS_DIR="$E2E_DIR/tools"
+# kube-router is built from a module of its own, whose go.mod pins it.
+KUBE_ROUTER_DIR="$TOOLS_DIR/kube-router"
 
 SANDBOX_E2E_CACHE=${SANDBOX_E2E_CACHE:-/var/cache/sandbox-e2e}
 export SANDBOX_E2E_CACHE
@@ -22,7 +24,7 @@ CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.3
 CRICTL_VERSION=v1.37.0
 CNI_PLUGINS_VERSION=v1.10.0
-KUBE_ROUTER_VERSION=v2.1.0
+KUBE_ROUTER_VERSION=$(sed -n 's|^\tgithub.com/cloudnativelabs/kube-router/v2 \(v[^ ]*\).*|\1|p' "$KUBE_ROUTER_DIR/go.mod")
 DEBIAN_SUITE=bookworm
 
 # Docker image names we own. The node image tag carries a hash of everything
