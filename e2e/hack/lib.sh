@@ -34,6 +34,7 @@ SANDBOX_IMAGE=${SANDBOX_IMAGE:-sandbox:dev}
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+[ -n "$KUBE_ROUTER_VERSION" ] || die "no kube-router version in $KUBE_ROUTER_DIR/go.mod"
 
 # step NAME CMD...: runs CMD, printing the step's name when it starts and how
 # long it took when it ends. CMD runs in a subshell with errexit, so a failing
