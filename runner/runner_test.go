@@ -56,23 +56,9 @@ func waitReady(t *testing.T, url string) {
 	}
 }
 
-// postJob posts a job to the runner and returns its answer, headers and
+// send sends a request to the runner and returns its answer, headers and
 // all; the body is closed when the test ends.
-func postJob(t *testing.T, url, body string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "POST", url+"/v1/execute", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
-}
-
-func do(t *testing.T, method, url, body string) (int, string) {
+func send(t *testing.T, method, url, body string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	if err != nil {
@@ -82,6 +68,19 @@ func do(t *testing.T, method, url, body string) (int, string) {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// postJob posts a job to the runner.
+func postJob(t *testing.T, url, body string) *http.Response {
+	t.Helper()
+	return send(t, "POST", url+"/v1/execute", body)
+}
+
+func do(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	resp := send(t, method, url, body)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
