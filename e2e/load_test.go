@@ -193,12 +193,12 @@ func (le loadEnv) run(ctx context.Context, t *testing.T, cfg *envconf.Config, n 
 // servePods lists the serve replicas that are not going away.
 func (le loadEnv) servePods(ctx context.Context, t *testing.T) []corev1.Pod {
 	t.Helper()
-	l, err := le.cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=server"})
+	all, err := servePods(ctx, le.cs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []corev1.Pod
-	for _, p := range l.Items {
+	for _, p := range all {
 		if p.DeletionTimestamp == nil {
 			out = append(out, p)
 		}

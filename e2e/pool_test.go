@@ -359,7 +359,7 @@ func TestPoolServeDies(t *testing.T) {
 			// The replacement is told by what existed before: creation
 			// timestamps are whole seconds, and the ReplicaSet can make it
 			// in the second before the delete's answer reaches us.
-			before, err := servePods(ctx, cfg, pe.cs)
+			before, err := servePods(ctx, pe.cs)
 			if err != nil {
 				t.Fatal(err)
 			}

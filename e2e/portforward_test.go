@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -55,7 +54,7 @@ func forwardToServe(ctx context.Context, t *testing.T, cfg *envconf.Config, pick
 	var seen []corev1.Pod
 	err = wait.For(func(ctx context.Context) (bool, error) {
 		var err error
-		if seen, err = servePods(ctx, cfg, cs); err != nil {
+		if seen, err = servePods(ctx, cs); err != nil {
 			return false, err
 		}
 		for _, p := range seen {
@@ -112,9 +111,9 @@ func podReady(p corev1.Pod) bool {
 }
 
 // servePods lists the pods of the sandbox Deployment, by its own selector.
-func servePods(ctx context.Context, cfg *envconf.Config, cs kubernetes.Interface) ([]corev1.Pod, error) {
-	dep := &appsv1.Deployment{}
-	if err := cfg.Client().Resources().Get(ctx, kindenv.Deployment, kindenv.Namespace, dep); err != nil {
+func servePods(ctx context.Context, cs kubernetes.Interface) ([]corev1.Pod, error) {
+	dep, err := cs.AppsV1().Deployments(kindenv.Namespace).Get(ctx, kindenv.Deployment, metav1.GetOptions{})
+	if err != nil {
 		return nil, fmt.Errorf("get deployment: %w", err)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
