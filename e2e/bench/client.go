@@ -161,5 +161,9 @@ func (b *Bench) runClient(ctx context.Context, phase string, args ...string) ([]
 
 // load sends n requests c at a time to url from the client pod.
 func (b *Bench) load(ctx context.Context, phase, url string, n, c int) ([]Sample, error) {
-	return b.runClient(ctx, phase, "load", url, strconv.Itoa(n), strconv.Itoa(c))
+	s, err := b.runClient(ctx, phase, "load", url, strconv.Itoa(n), strconv.Itoa(c))
+	if b.sandbox != nil {
+		b.sandbox.used(s)
+	}
+	return s, err
 }

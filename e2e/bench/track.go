@@ -86,6 +86,20 @@ func (tr *tracker) saw(o any, deleted bool) {
 	tr.changed = make(chan struct{})
 }
 
+// used marks the pods that answered samples as claimed. serve records a
+// claim on the pod only after handing it its job, so the watch can show a
+// used pod as warm until then, and a round started on that count would
+// find its replica short.
+func (tr *tracker) used(samples []Sample) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, x := range samples {
+		if s := tr.pods[x.ID]; s != nil {
+			s.claimed = true
+		}
+	}
+}
+
 // warm counts owner's pods that are Ready and unclaimed, and live ones
 // (unclaimed, Ready or starting).
 func (tr *tracker) counts(owner string) (warm, live int) {
