@@ -738,11 +738,16 @@ func (b *Bench) report() error {
 	if err := os.WriteFile(samples, raw, 0o644); err != nil {
 		return err
 	}
+	fmt.Fprintf(b.o.Stdout, "\nraw samples: %s\n", samples)
 	png := filepath.Join(b.o.Out, "bench-kind.png")
-	if err := drawLatencies(png, b.samples, b.meta["date"]+", "+b.meta["machine"]); err != nil {
+	switch err := drawLatencies(png, b.samples, b.meta["date"]+", "+b.meta["machine"]); {
+	case errors.Is(err, errNothingToDraw):
+		fmt.Fprintf(b.o.Stdout, "no latency picture: %v\n", err)
+	case err != nil:
 		return fmt.Errorf("draw %s: %w", png, err)
+	default:
+		fmt.Fprintf(b.o.Stdout, "latency distributions: %s\n", png)
 	}
-	fmt.Fprintf(b.o.Stdout, "\nraw samples: %s\nlatency distributions: %s\n", samples, png)
 	return nil
 }
 

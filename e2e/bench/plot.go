@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"image/color"
 	"slices"
 
@@ -13,6 +14,10 @@ import (
 // plotted are the phases drawn, in legend order: the latencies a client
 // sees, beside the floor and what a user would do without the service.
 var plotted = []string{"floor", "local", "warm c1", "warm c3", "warm c10", "burst", "overload", "refill", "kubectl run"}
+
+// errNothingToDraw: none of the plotted phases ran (a run of -phases
+// compare, say), and an empty log axis cannot be drawn.
+var errNothingToDraw = errors.New("none of the drawn phases ran")
 
 // drawLatencies draws each phase's latencies as a cumulative distribution
 // (the share of requests answered within x ms) on a log scale, into a PNG.
@@ -28,6 +33,7 @@ func drawLatencies(path string, samples []Sample, subtitle string) error {
 	p.Legend.Top, p.Legend.Left = false, false
 	p.Legend.YOffs = vg.Points(40)
 
+	lines := 0
 	for i, phase := range plotted {
 		var xs []float64
 		for _, s := range samples {
@@ -55,6 +61,10 @@ func drawLatencies(path string, samples []Sample, subtitle string) error {
 		}
 		p.Add(l)
 		p.Legend.Add(phase, l)
+		lines++
+	}
+	if lines == 0 {
+		return errNothingToDraw
 	}
 	p.Legend.ThumbnailWidth = vg.Points(20)
 	p.Legend.TextStyle.Color = color.Black

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"os"
 	"reflect"
@@ -62,6 +63,19 @@ func TestDrawLatencies(t *testing.T) {
 	}
 	if !bytes.HasPrefix(b, []byte("\x89PNG")) {
 		t.Fatalf("%s is not a PNG (%d bytes)", path, len(b))
+	}
+}
+
+// TestDrawNothing: a run of phases that are not drawn (-phases compare)
+// leaves no picture and says why, rather than failing on an empty log axis.
+func TestDrawNothing(t *testing.T) {
+	path := t.TempDir() + "/bench.png"
+	s := []Sample{{Phase: "node-cpu-weights=default c1", MS: 20, OK: true}}
+	if err := drawLatencies(path, s, "a test"); !errors.Is(err, errNothingToDraw) {
+		t.Fatalf("got %v, want errNothingToDraw", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a picture was written: %v", err)
 	}
 }
 
