@@ -155,6 +155,17 @@ node_rootfs() {
 	sed "s/KUBE_ROUTER_VERSION/$KUBE_ROUTER_VERSION/" "$E2E_DIR/node/default-cni.yaml" >"$root/kind/manifests/default-cni.yaml"
 	install -m 0644 "$E2E_DIR/node/default-storage.yaml" "$root/kind/manifests/"
 	install -D -m 0644 "$E2E_DIR/node/10-ptp.conflist" "$root/etc/cni/net.d/10-ptp.conflist"
+	local s
+	for s in system.slice kubelet.slice; do
+		install -D -m 0644 "$E2E_DIR/node/10-cpu-weight.conf" "$root/etc/systemd/system/$s.d/10-cpu-weight.conf"
+	done
+	# kubeadm applies these to the control plane's static pods (the cluster's
+	# InitConfiguration names the directory).
+	install -d "$root/kind/kubeadm-patches"
+	for s in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+		printf 'spec:\n  containers:\n  - name: %s\n    resources:\n      requests:\n        cpu: %s\n' "$s" "$CONTROL_PLANE_CPU_REQUEST" \
+			>"$root/kind/kubeadm-patches/$s+strategic.yaml"
+	done
 
 	tar --numeric-owner -C "$root" -c . | docker import \
 		-c 'ENV container=docker' \

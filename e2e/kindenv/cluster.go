@@ -69,12 +69,15 @@ func (c *Cluster) config(cgroupV1 bool) *v1alpha4.Cluster {
 		// Kubernetes 1.35+ refuses cgroup v1 unless told otherwise.
 		kubelet += "failCgroupV1: false\n"
 	}
+	// The node image holds kubeadm patches for the control plane's static
+	// pods (their CPU request: see CONTROL_PLANE_CPU_REQUEST in hack/lib.sh).
+	controlPlane := "kind: InitConfiguration\npatches:\n  directory: /kind/kubeadm-patches\n"
 	cfg := &v1alpha4.Cluster{
 		TypeMeta:                v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
 		Name:                    c.Name,
 		Nodes:                   []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: c.NodeImage}},
 		Networking:              v1alpha4.Networking{PodSubnet: PodSubnet},
-		KubeadmConfigPatches:    []string{kubelet},
+		KubeadmConfigPatches:    []string{kubelet, controlPlane},
 		ContainerdConfigPatches: []string{containerdCgroupfs},
 	}
 	v1alpha4.SetDefaultsCluster(cfg)

@@ -35,8 +35,10 @@ func (k Kubectl) Run(ctx context.Context, stdin []byte, args ...string) (string,
 // each of the two replicas grows to --pool-max (12) unclaimed pods plus one
 // per run in flight: some 45 pods, which fit in the CPU left only at 10m
 // each (100m would hold about 9, and a burst would wait for scheduling
-// rather than for pods to start). Requests only schedule; the 1-CPU limit
-// is unchanged.
+// rather than for pods to start). The 1-CPU limit is unchanged. A request
+// is also the pod's CPU weight when the node is busy (cpu.shares 10 here),
+// so the node's other weights are set to match: see 10-cpu-weight.conf in
+// e2e/node and CONTROL_PLANE_CPU_REQUEST in hack/lib.sh.
 const PodCPURequest = "10m"
 
 // Manifests renders `sandbox manifests --image image --pod-cpu-request
