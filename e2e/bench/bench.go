@@ -63,8 +63,8 @@ type Options struct {
 	Compare Compare
 }
 
-// Compare names one of serve's environment variables and the values to
-// compare it at.
+// Compare names one of serve's environment variables, or NodeWeights, and
+// the values to compare it at.
 type Compare struct {
 	Name   string
 	Values []string
@@ -476,26 +476,29 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 	return nil
 }
 
-// The comparison of serve settings: how many times each is rolled out, and
+// The comparison of settings: how many times each is rolled out, and
 // the rounds at each concurrency every time.
 const compareTurns = 2
 
 var compareRounds = map[int]int{1: 15, 3: 8}
 
 // measureCompare compares the warm path under each value of one of serve's
-// environment variables (Options.Compare), in turns, so that every value
-// sees the same machine: each rolled out afresh, then rounds of 1 and of 3
-// on full pools. It leaves the Deployment as it found it.
+// environment variables, or of the node's CPU weights (Options.Compare), in
+// turns, so that every value sees the same machine: each set afresh (serve
+// rolled out), then rounds of 1 and of 3 on full pools. It leaves the
+// setting as it found it.
 func (b *Bench) measureCompare(ctx context.Context) error {
 	name, values := b.o.Compare.Name, b.o.Compare.Values
-	before, set := deploymentEnvOf(ctx, b)[name]
-	defer func() {
-		restore := name + "-"
-		if set {
-			restore = name + "=" + before
+	set, restore := b.serveEnvSetter(ctx, name)
+	if name == NodeWeights {
+		var err error
+		if set, restore, err = b.nodeWeightsSetter(ctx, values); err != nil {
+			return err
 		}
-		if err := b.setServeEnv(context.WithoutCancel(ctx), restore); err != nil {
-			b.logf("restore the Deployment: %v", err)
+	}
+	defer func() {
+		if err := restore(context.WithoutCancel(ctx)); err != nil {
+			b.logf("restore %s: %v", name, err)
 		}
 	}()
 	type key struct {
@@ -505,7 +508,7 @@ func (b *Bench) measureCompare(ctx context.Context) error {
 	got := map[key][]Sample{}
 	for range compareTurns {
 		for _, v := range values {
-			if err := b.setServeEnv(ctx, name+"="+v); err != nil {
+			if err := set(ctx, v); err != nil {
 				return err
 			}
 			for _, c := range slices.Sorted(maps.Keys(compareRounds)) {
@@ -533,6 +536,20 @@ func (b *Bench) measureCompare(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// serveEnvSetter returns the comparison's setter for one of serve's
+// environment variables, and the restore of its value before.
+func (b *Bench) serveEnvSetter(ctx context.Context, name string) (set func(context.Context, string) error, restore func(context.Context) error) {
+	before, was := deploymentEnvOf(ctx, b)[name]
+	set = func(ctx context.Context, v string) error { return b.setServeEnv(ctx, name+"="+v) }
+	restore = func(ctx context.Context) error {
+		if was {
+			return b.setServeEnv(ctx, name+"="+before)
+		}
+		return b.setServeEnv(ctx, name+"-")
+	}
+	return set, restore
 }
 
 // deploymentEnvOf is serve's environment in the Deployment now (empty when

@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", filepath.Join(root, "bin"), "directory for bench-kind.json (raw samples) and bench-kind.png")
 	keep := fs.Bool("keep", false, "keep the bench's namespace (client pod, logs) afterwards")
 	only := fs.String("phases", "", "run only these phases, comma-separated (for example \"floor,warm\")")
-	compare := fs.String("compare", "", "also compare the warm path under each value of one of serve's environment variables, in turns: NAME=V1,V2 (for example SANDBOX_POD_CPU_REQUEST=10m,50m)")
+	compare := fs.String("compare", "", "also compare the warm path under each value of one of serve's environment variables, in turns: NAME=V1,V2 (for example SANDBOX_POD_CPU_REQUEST=10m,50m); or the kind node's CPU weights: "+bench.NodeWeights+"=as-built,default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
