@@ -476,7 +476,7 @@ func (b *Bench) measureWarm(ctx context.Context) error {
 	return nil
 }
 
-// The comparison of settings: how many times each is rolled out, and
+// The comparison of settings: how many times each is set, and
 // the rounds at each concurrency every time.
 const compareTurns = 2
 
@@ -489,12 +489,15 @@ var compareRounds = map[int]int{1: 15, 3: 8}
 // setting as it found it.
 func (b *Bench) measureCompare(ctx context.Context) error {
 	name, values := b.o.Compare.Name, b.o.Compare.Values
-	set, restore := b.serveEnvSetter(ctx, name)
+	var set func(context.Context, string) error
+	var restore func(context.Context) error
 	if name == NodeWeights {
 		var err error
 		if set, restore, err = b.nodeWeightsSetter(ctx, values); err != nil {
 			return err
 		}
+	} else {
+		set, restore = b.serveEnvSetter(ctx, name)
 	}
 	defer func() {
 		if err := restore(context.WithoutCancel(ctx)); err != nil {
