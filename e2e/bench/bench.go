@@ -61,6 +61,10 @@ type Options struct {
 	// Compare, when set, adds the phase "compare": the warm path under each
 	// of its values, side by side.
 	Compare Compare
+	// CompareOverload, when set, adds to each turn of the comparison an
+	// overload of that length (OverloadConc in flight), for the executions
+	// per second under each value.
+	CompareOverload time.Duration
 }
 
 // Compare names one of serve's environment variables, or NodeWeights, and
@@ -509,10 +513,28 @@ func (b *Bench) measureCompare(ctx context.Context) error {
 		c     int
 	}
 	got := map[key][]Sample{}
+	overloads := map[string][]Sample{}
+	rates := map[string][]string{}
 	for range compareTurns {
 		for _, v := range values {
 			if err := set(ctx, v); err != nil {
 				return err
+			}
+			if d := b.o.CompareOverload; d > 0 {
+				if err := b.waitIdle(ctx); err != nil {
+					return err
+				}
+				start := time.Now()
+				s, err := b.overload(ctx, fmt.Sprintf("%s=%s overload", name, v), d)
+				if err != nil {
+					return err
+				}
+				rate, _, _, err := overloadRate(s, start, b.o.OverloadSkip)
+				if err != nil {
+					return err
+				}
+				overloads[v] = append(overloads[v], s...)
+				rates[v] = append(rates[v], fmt.Sprintf("%.2f", rate))
 			}
 			for _, c := range slices.Sorted(maps.Keys(compareRounds)) {
 				for range compareRounds[c] {
@@ -536,6 +558,15 @@ func (b *Bench) measureCompare(ctx context.Context) error {
 				Row{What: fmt.Sprintf("%s=%s, concurrency %d", name, v, c), MS: latencies(s, false),
 					Note: fmt.Sprintf("%d rounds, in turns with the other values", compareTurns*compareRounds[c]) + failures(s)},
 				Row{What: "  part: the snippet's run (duration_ms)", MS: timings(s, "run")})
+		}
+	}
+	for _, v := range values {
+		if s := overloads[v]; len(s) > 0 {
+			b.samples = append(b.samples, s...)
+			b.rows = append(b.rows, Row{What: fmt.Sprintf("%s=%s, overload of %d in flight", name, v, b.o.OverloadConc), MS: latencies(s, false),
+				Rate: strings.Join(rates[v], ", ") + " exec/s",
+				Note: fmt.Sprintf("%s each turn, in turns with the other values; rate after its first %s, per turn", b.o.CompareOverload, b.o.OverloadSkip) + failures(s)})
+			b.rows = append(b.rows, PodStartup(s)...)
 		}
 	}
 	return nil
@@ -650,31 +681,17 @@ func (b *Bench) measureOverload(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	s, err := b.runClient(ctx, "overload", "for", b.url, strconv.FormatFloat(b.o.Overload.Seconds(), 'f', 0, 64), strconv.Itoa(b.o.OverloadConc))
+	s, err := b.overload(ctx, "overload", b.o.Overload)
 	if err != nil {
 		return err
 	}
 	b.samples = append(b.samples, s...)
-	from := float64(start.Add(b.o.OverloadSkip).UnixNano()) / 1e9
-	to := from
-	n, busy := 0, 0
-	for _, x := range s {
-		to = math.Max(to, x.Done)
-		if x.Status == 503 {
-			busy++
-		}
+	rate, span, busy, err := overloadRate(s, start, b.o.OverloadSkip)
+	if err != nil {
+		return err
 	}
-	for _, x := range s {
-		if x.OK && x.Done >= from {
-			n++
-		}
-	}
-	if to <= from {
-		return fmt.Errorf("no answer came after the first %s of the overload", b.o.OverloadSkip)
-	}
-	rate := float64(n) / (to - from)
 	b.meta["overload exec/s"] = fmt.Sprintf("%.2f", rate)
-	note := fmt.Sprintf("%d in flight for %s; rate over the last %.0f s; 503s: %d", b.o.OverloadConc, b.o.Overload, to-from, busy)
+	note := fmt.Sprintf("%d in flight for %s; rate over the last %.0f s; 503s: %d", b.o.OverloadConc, b.o.Overload, span, busy)
 	if raw, err := strconv.ParseFloat(b.meta["bare pods/s"], 64); err == nil && raw > 0 {
 		note += fmt.Sprintf("; %.0f%% of the bare pod start rate", 100*rate/raw)
 	}
@@ -683,6 +700,37 @@ func (b *Bench) measureOverload(ctx context.Context) error {
 		Row{What: "sandbox pod create to Ready, under the overload", MS: b.sandbox.startups(start), Note: "as a watch sees them"})
 	b.rows = append(b.rows, PodStartup(s)...)
 	return nil
+}
+
+// overload keeps OverloadConc requests in flight through the Service for d.
+func (b *Bench) overload(ctx context.Context, phase string, d time.Duration) ([]Sample, error) {
+	s, err := b.runClient(ctx, phase, "for", b.url, strconv.FormatFloat(d.Seconds(), 'f', 0, 64), strconv.Itoa(b.o.OverloadConc))
+	if b.sandbox != nil {
+		b.sandbox.used(s)
+	}
+	return s, err
+}
+
+// overloadRate is an overload's correct answers per second after its first
+// skip (the pools' warm pods drain then), over the seconds that counts,
+// and how many answered 503.
+func overloadRate(s []Sample, start time.Time, skip time.Duration) (rate, span float64, busy int, err error) {
+	from := float64(start.Add(skip).UnixNano()) / 1e9
+	to := from
+	n := 0
+	for _, x := range s {
+		to = math.Max(to, x.Done)
+		if x.Status == 503 {
+			busy++
+		}
+		if x.OK && x.Done >= from {
+			n++
+		}
+	}
+	if to <= from {
+		return 0, 0, busy, fmt.Errorf("no answer came after the first %s of the overload", skip)
+	}
+	return float64(n) / (to - from), to - from, busy, nil
 }
 
 // measureMemory reads each serve process's peak resident memory (VmHWM)

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandbox/api"
 )
@@ -127,5 +128,25 @@ func TestPodStartup(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("rows %v, want %v", got, want)
+	}
+}
+
+// TestOverloadRate counts correct answers after the skipped start over the
+// time to the last answer, and every 503 wherever it falls.
+func TestOverloadRate(t *testing.T) {
+	start := time.Unix(1000, 0)
+	s := []Sample{
+		{OK: true, Done: 1005},               // in the skipped start
+		{OK: true, Done: 1012},               // counted
+		{Status: 503, Done: 1015},            // not correct, but a 503
+		{OK: true, Done: 1020},               // counted, and the last
+		{OK: false, Status: 500, Done: 1018}, // not correct
+	}
+	rate, span, busy, err := overloadRate(s, start, 10*time.Second)
+	if err != nil || rate != 0.2 || span != 10 || busy != 1 {
+		t.Fatalf("got rate %v over %v s, %d busy, %v; want 0.2 over 10 s, 1 busy", rate, span, busy, err)
+	}
+	if _, _, _, err := overloadRate(s[:1], start, 10*time.Second); err == nil {
+		t.Error("no answer after the skip: want an error")
 	}
 }

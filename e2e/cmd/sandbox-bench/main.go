@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the bench's namespace (client pod, logs) afterwards")
 	only := fs.String("phases", "", "run only these phases, comma-separated (for example \"floor,warm\")")
 	compare := fs.String("compare", "", "also compare the warm path under each value of one of serve's environment variables, in turns: NAME=V1,V2 (for example SANDBOX_POD_CPU_REQUEST=10m,50m); or the kind node's CPU weights: "+bench.NodeWeights+"=as-built,default")
+	compareOverload := fs.Duration("compare-overload", 0, "with -compare, also an overload of this length in each turn of each value (for example 60s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +52,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if cmp, err = bench.ParseCompare(*compare); err != nil {
 			return err
 		}
+	}
+	if *compareOverload > 0 && *compare == "" {
+		return fmt.Errorf("-compare-overload needs -compare")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -69,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		phases = strings.Split(*only, ",")
 	}
 	start := time.Now()
-	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep, Phases: phases, Compare: cmp})
+	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep, Phases: phases, Compare: cmp, CompareOverload: *compareOverload})
 	fmt.Fprintf(stderr, "=== bench took %s\n", time.Since(start).Round(time.Second))
 	return err
 }
