@@ -63,7 +63,8 @@ bench:
 # BENCH_FLAGS='-compare NAME=V1,V2' also compares the warm path under each
 # value of one of serve's environment variables, in turns (about 4 more
 # minutes per value); '-compare node-cpu-weights=as-built,default' compares
-# the kind node's CPU weights likewise; '-phases floor,warm' runs only those.
+# the kind node's CPU weights likewise, '-compare-overload 60s' adds an
+# overload to each turn; '-phases floor,warm' runs only those.
 BENCH_FLAGS ?=
 bench-kind: kind-up
 	cd e2e && $(GO) run ./cmd/sandbox-bench -out $(CURDIR)/bin $(BENCH_FLAGS)
