@@ -79,7 +79,7 @@ func claimedPods(ctx context.Context, t *testing.T, pe poolEnv) map[string]bool 
 	}
 	claimed := map[string]bool{}
 	for _, p := range pods {
-		if p.Labels[kube.LabelClaimedBy] != "" {
+		if kube.IsClaimed(p) {
 			claimed[p.Name] = true
 		}
 	}
@@ -100,7 +100,7 @@ func podRunningJob(ctx context.Context, t *testing.T, pe poolEnv, earlier map[st
 		}
 		for i := range pods {
 			p := &pods[i]
-			if p.Labels[kube.LabelClaimedBy] != "" && !earlier[p.Name] && p.DeletionTimestamp == nil &&
+			if kube.IsClaimed(p) && !earlier[p.Name] && p.DeletionTimestamp == nil &&
 				p.Status.Phase == corev1.PodRunning && !podReady(*p) {
 				victim = p
 				return true, nil

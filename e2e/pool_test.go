@@ -60,7 +60,7 @@ func poolPods(ctx context.Context, cs kubernetes.Interface, owner string) ([]cor
 func supply(pods []corev1.Pod) (warm, live int) {
 	for i := range pods {
 		p := &pods[i]
-		if p.DeletionTimestamp != nil || kube.IsFinished(p) || p.Labels[kube.LabelClaimedBy] != "" {
+		if p.DeletionTimestamp != nil || kube.IsFinished(p) || kube.IsClaimed(p) {
 			continue
 		}
 		live++

@@ -392,7 +392,7 @@ func timeReplacement(ctx context.Context, t *testing.T, pe poolEnv) (time.Durati
 	victim := ""
 	for _, p := range pods {
 		known[p.Name] = true
-		if victim == "" && kube.IsReady(&p) && p.Labels[kube.LabelClaimedBy] == "" {
+		if victim == "" && kube.IsReady(&p) && !kube.IsClaimed(&p) {
 			victim = p.Name
 		}
 	}

@@ -32,10 +32,14 @@ const (
 	// incarnation: its claims live in its memory, so a restarted container
 	// cannot know which of its predecessor's pods already ran a job.
 	LabelIncarnation = "sandbox.dev/incarnation"
-	// LabelClaimedBy records, after the job reached the pod's runner, that
-	// the pod was handed out; the claim itself is decided in serve's memory.
-	// A pod carrying it is never handed out again.
-	LabelClaimedBy = "sandbox.dev/claimed-by"
+	// AnnotationClaimedBy records, after the job reached the pod's runner,
+	// that the pod was handed out and by whom; the claim itself is decided
+	// in serve's memory. A pod carrying it is never handed out again. It is
+	// an annotation, not a label, because no policy selects on it and a
+	// label change makes the node's NetworkPolicy engine re-evaluate the pod
+	// (kube-router rewrites the node's rules in full, Cilium gives the pod a
+	// new identity): once per execution, for nothing.
+	AnnotationClaimedBy = "sandbox.dev/claimed-by"
 	// AnnotationClaimedAt records when the claim happened, for operators.
 	AnnotationClaimedAt = "sandbox.dev/claimed-at"
 

@@ -24,6 +24,11 @@ func IsReady(pod *corev1.Pod) bool {
 	return false
 }
 
+// IsClaimed reports whether a pool recorded handing pod out.
+func IsClaimed(pod *corev1.Pod) bool {
+	return pod.Annotations[AnnotationClaimedBy] != ""
+}
+
 // IsFinished reports whether the pod will never run anything again.
 func IsFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed

@@ -206,8 +206,8 @@ func (p *Pool) retargetLocked() (grew bool) {
 	return target > before
 }
 
-// recordClaim writes the claim onto pod name: the claimed-by label and the
-// claimed-at annotation, which operators, verify's watch and the e2e suite
+// recordClaim writes the claim onto pod name: the claimed-by and
+// claimed-at annotations, which operators, verify's watch and the e2e suite
 // read. It is called once the job has been written to the runner, and never
 // holds up the answer: it runs in the background, tries again when the API
 // server refuses, and gives up after recordTimeout (the pool itself never
@@ -258,8 +258,10 @@ func (p *Pool) recordClaim(name string) {
 func claimPatch(claimer string, at time.Time) []byte {
 	b, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{
-			"labels":      map[string]string{kube.LabelClaimedBy: claimer},
-			"annotations": map[string]string{kube.AnnotationClaimedAt: at.UTC().Format(time.RFC3339Nano)},
+			"annotations": map[string]string{
+				kube.AnnotationClaimedBy: claimer,
+				kube.AnnotationClaimedAt: at.UTC().Format(time.RFC3339Nano),
+			},
 		},
 	})
 	if err != nil {

@@ -120,8 +120,8 @@ func TestAnswerNeedsNoAPIServer(t *testing.T) {
 	stall.Store(false) // let the shutdown delete what is left
 }
 
-// TestClaimRecordedAfterTheJob: the claimed pod gets its claimed-by label
-// and claimed-at annotation once the job is with its runner (the env's patch
+// TestClaimRecordedAfterTheJob: the claimed pod gets its claimed-by and
+// claimed-at annotations once the job is with its runner (the env's patch
 // reactor fails the test for any record written before), and its delete
 // comes after the record.
 func TestClaimRecordedAfterTheJob(t *testing.T) {
@@ -159,13 +159,16 @@ func TestClaimRecordedAfterTheJob(t *testing.T) {
 		case "delete " + res.SandboxID:
 			deleted = i
 		default:
-			if strings.HasPrefix(o, "patch "+res.SandboxID+" ") && strings.Contains(o, kube.LabelClaimedBy) && strings.Contains(o, kube.AnnotationClaimedAt) {
+			if strings.HasPrefix(o, "patch "+res.SandboxID+" ") && strings.Contains(o, kube.AnnotationClaimedBy) && strings.Contains(o, kube.AnnotationClaimedAt) {
 				patched = i
 			}
 		}
 	}
 	if patched < 0 || deleted < patched {
 		t.Fatalf("API calls %q: want the claim record of %s, then its delete", order, res.SandboxID)
+	}
+	if o := order[patched]; strings.Contains(o, `"labels"`) {
+		t.Errorf("claim record %q touches the pod's labels: the node's NetworkPolicy engine re-evaluates a pod on each label change", o)
 	}
 }
 
@@ -316,7 +319,7 @@ func TestOtherOwnersPodsNeverTaken(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		if p.Labels[kube.LabelClaimedBy] != "" {
+		if kube.IsClaimed(p) {
 			t.Errorf("%s was claimed", name)
 		}
 	}

@@ -163,7 +163,7 @@ func (e *env) pods() []corev1.Pod {
 // warm counts live, unclaimed pods in the API, and how many are Ready.
 func (e *env) warm() (live, ready int) {
 	for _, p := range e.pods() {
-		if p.Labels[kube.LabelClaimedBy] == "" && !kube.IsFinished(&p) && p.DeletionTimestamp == nil {
+		if !kube.IsClaimed(&p) && !kube.IsFinished(&p) && p.DeletionTimestamp == nil {
 			live++
 			if kube.IsReady(&p) {
 				ready++
@@ -273,12 +273,12 @@ func (e *env) claimedPods() []string {
 	return names
 }
 
-// labelledPods lists the pods whose claim is recorded on them and that are
+// claimRecordedPods lists the pods whose claim is recorded on them and that are
 // not going away.
-func (e *env) labelledPods() []string {
+func (e *env) claimRecordedPods() []string {
 	var names []string
 	for _, p := range e.pods() {
-		if p.Labels[kube.LabelClaimedBy] != "" && p.DeletionTimestamp == nil {
+		if kube.IsClaimed(&p) && p.DeletionTimestamp == nil {
 			names = append(names, p.Name)
 		}
 	}

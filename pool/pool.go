@@ -101,7 +101,7 @@ type Pool struct {
 	log     *slog.Logger
 	client  kubernetes.Interface
 	m       *metrics
-	claimer string // value of the owner and claimed-by labels
+	claimer string // value of the owner label and claimed-by annotation
 	http    *http.Client
 	clock   clock.WithTicker
 
@@ -426,7 +426,7 @@ func (p *Pool) availableLocked(pod *corev1.Pod, now time.Time) bool {
 // not going away, not finished.
 func (p *Pool) liveLocked(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil && !kube.IsFinished(pod) &&
-		pod.Labels[kube.LabelClaimedBy] == "" && !p.spent[pod.Name] && !p.exp.deleting(pod.Name)
+		!kube.IsClaimed(pod) && !p.spent[pod.Name] && !p.exp.deleting(pod.Name)
 }
 
 func (p *Pool) readyCountLocked() int {

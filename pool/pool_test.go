@@ -409,7 +409,7 @@ func TestUnreachableRunnerMovesToNextPod(t *testing.T) {
 		t.Fatalf("dials = %d, want %d (every try of the first pod refused, one that worked)", calls.Load(), redials+2)
 	}
 	// Both claimed pods are deleted: the unreachable one and the used one.
-	e.eventually("both claimed pods deleted", func() bool { return len(e.pods()) == 3 && len(e.labelledPods()) == 0 })
+	e.eventually("both claimed pods deleted", func() bool { return len(e.pods()) == 3 && len(e.claimRecordedPods()) == 0 })
 	if got := e.patches.Load(); got != 1 {
 		t.Fatalf("claim records = %d, want 1: only the pod that got the job", got)
 	}
@@ -461,7 +461,7 @@ func sandboxPod(name, owner, ownerUID, incarnation string, claimed bool) *corev1
 		Owner: kube.Owner{Name: owner, UID: typesUID(ownerUID), Incarnation: incarnation}}, name, kube.MinUID)
 	p.CreationTimestamp = metav1.Now()
 	if claimed {
-		p.Labels[kube.LabelClaimedBy] = owner
+		p.Annotations = map[string]string{kube.AnnotationClaimedBy: owner}
 	}
 	setReady(p)
 	return p

@@ -122,7 +122,7 @@ func (p *Pool) plan(now time.Time) plan {
 		case kube.IsFinished(pod):
 			// Died while warm (runner crash, deadline) or a leftover.
 			pl.remove[pod.Name] = "finished: " + string(pod.Status.Phase) + " " + pod.Status.Reason
-		case pod.Labels[kube.LabelClaimedBy] != "":
+		case kube.IsClaimed(pod):
 			// A claim this process does not know of. Never reuse it.
 			pl.remove[pod.Name] = "stale claim"
 		case !kube.IsReady(pod) && now.Sub(pod.CreationTimestamp.Time) > startupTimeout:

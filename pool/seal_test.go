@@ -145,7 +145,7 @@ func TestRunnerRefusesUnsealed(t *testing.T) {
 	}
 	e.eventually("the refusing pod deleted", func() bool {
 		for _, p := range e.pods() {
-			if p.Labels[kube.LabelClaimedBy] != "" {
+			if kube.IsClaimed(&p) {
 				return false
 			}
 		}

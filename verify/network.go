@@ -396,7 +396,7 @@ func (e *env) readySnippetPods(ctx context.Context, n int) []corev1.Pod {
 		}
 		ready = ready[:0]
 		for _, p := range pods.Items {
-			if podReady(&p) && p.Status.PodIP != "" && p.Labels[kube.LabelClaimedBy] == "" {
+			if podReady(&p) && p.Status.PodIP != "" && !kube.IsClaimed(&p) {
 				ready = append(ready, p)
 			}
 		}

@@ -26,7 +26,7 @@ type seenPod struct {
 	Node    string
 	IP      string
 	Created time.Time
-	Claimed time.Time // when the watch first saw the claim label
+	Claimed time.Time // when the watch first saw the claim recorded
 	Deleted time.Time // when the watch saw it go; zero while it exists
 }
 
@@ -93,7 +93,7 @@ func (w *podWatch) saw(o any, deleted bool) {
 	if p.Status.PodIP != "" {
 		s.IP = p.Status.PodIP
 	}
-	if p.Labels[kube.LabelClaimedBy] != "" && s.Claimed.IsZero() {
+	if kube.IsClaimed(p) && s.Claimed.IsZero() {
 		s.Claimed = time.Now()
 	}
 	if deleted && s.Deleted.IsZero() {

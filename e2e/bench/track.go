@@ -79,7 +79,7 @@ func (tr *tracker) saw(o any, deleted bool) {
 	if s.ready.IsZero() && kube.IsReady(p) {
 		s.ready = now
 	}
-	s.claimed = s.claimed || p.Labels[kube.LabelClaimedBy] != "" || p.DeletionTimestamp != nil || kube.IsFinished(p)
+	s.claimed = s.claimed || kube.IsClaimed(p) || p.DeletionTimestamp != nil || kube.IsFinished(p)
 	s.gone = s.gone || deleted
 	s.failed = s.failed || kube.NeverStarted(p)
 	close(tr.changed)
