@@ -2,8 +2,9 @@
 // figure in one run, side by side: the floor (a bare python3 started in a
 // pod), warm executions at concurrency 1, 3 and 10, `kubectl run` of the same
 // snippet, the local backend, the pool's refill beside bare pods'
-// create-to-Ready and start rate, a burst on an idle pool, a steady
-// overload, and serve's peak memory. `make bench-kind` runs it through
+// create-to-Ready and start rates (a batch, and a churn that deletes each
+// as it gets Ready), a burst on an idle pool, a steady overload, and serve's
+// peak memory. `make bench-kind` runs it through
 // cmd/sandbox-bench.
 package bench
 
@@ -175,6 +176,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		{"kubectl run", b.measureKubectlRun},
 		{"local backend", b.measureLocal},
 		{"bare pods", b.measureBarePods},
+		{"bare churn", b.measureBareChurn},
 		{"burst", b.measureBurst},
 		{"overload", b.measureOverload},
 		{"serve memory", b.measureMemory},
@@ -694,6 +696,9 @@ func (b *Bench) measureOverload(ctx context.Context) error {
 	note := fmt.Sprintf("%d in flight for %s; rate over the last %.0f s; 503s: %d", b.o.OverloadConc, b.o.Overload, span, busy)
 	if raw, err := strconv.ParseFloat(b.meta["bare pods/s"], 64); err == nil && raw > 0 {
 		note += fmt.Sprintf("; %.0f%% of the bare pod start rate", 100*rate/raw)
+	}
+	if raw, err := strconv.ParseFloat(b.meta["bare churn pods/s"], 64); err == nil && raw > 0 {
+		note += fmt.Sprintf(", %.0f%% of the bare churn's", 100*rate/raw)
 	}
 	b.rows = append(b.rows, Row{What: "sustained overload through the Service", MS: latencies(s, false),
 		Rate: fmt.Sprintf("%.2f exec/s", rate), Note: note + failures(s)},

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -163,6 +165,85 @@ func (b *Bench) measureBarePods(ctx context.Context) error {
 	}
 	b.rows = append(b.rows, cpuRow("node CPU per bare pod, created and deleted", cost, len(names), rest,
 		"from the batch's creation until its pods are gone"))
+	return nil
+}
+
+// measureBareChurn keeps OverloadConc bare pods starting for Overload, each
+// deleted as soon as it is Ready and replaced at once: what an overload
+// asks of the node (every execution's pod started, then deleted), with
+// nothing of the sandbox's own. Its rate after OverloadSkip, like the
+// overload's, is the sustained raw start rate; the batch above leaves out
+// the deletes.
+func (b *Bench) measureBareChurn(ctx context.Context) error {
+	if err := b.waitIdle(ctx); err != nil {
+		return err
+	}
+	tr, err := newTracker(ctx, b.cs, b.ns, labels.SelectorFromSet(bareLabel))
+	if err != nil {
+		return err
+	}
+	defer tr.stop()
+	cpu := b.meta["pod cpu request"]
+	start := time.Now()
+	end := start.Add(b.o.Overload)
+	var (
+		mu      sync.Mutex
+		s       []Sample
+		failed  int
+		firstEr error
+		n       atomic.Int64
+		wg      sync.WaitGroup
+	)
+	for range b.o.OverloadConc {
+		wg.Go(func() {
+			for time.Now().Before(end) && ctx.Err() == nil {
+				name := fmt.Sprintf("bench-churn-%d", n.Add(1))
+				at := time.Now()
+				_, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, barePod(b.ns, name, b.image, cpu), metav1.CreateOptions{})
+				if err == nil {
+					_, err = tr.waitUntil(ctx, 2*time.Minute, name+" Ready", func() bool {
+						p := tr.pods[name]
+						return p != nil && (!p.ready.IsZero() || p.failed)
+					})
+				}
+				if err != nil {
+					mu.Lock()
+					firstEr = cmp.Or(firstEr, err)
+					mu.Unlock()
+					return
+				}
+				p, _ := tr.get(name)
+				b.deletePod(ctx, name)
+				mu.Lock()
+				if p.failed {
+					failed++
+				} else {
+					s = append(s, Sample{Phase: "bare pod churned", MS: float64(p.ready.Sub(at).Microseconds()) / 1000, ID: name, OK: true,
+						Sent: float64(at.UnixNano()) / 1e9, Done: float64(p.ready.UnixNano()) / 1e9})
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	b.samples = append(b.samples, s...)
+	// Gone before the next phase, which must not share the node's starts.
+	if err := tr.waitGone(ctx); err != nil {
+		return err
+	}
+	if firstEr != nil {
+		return firstEr
+	}
+	rate, span, _, err := overloadRate(s, start, b.o.OverloadSkip)
+	if err != nil {
+		return err
+	}
+	b.meta["bare churn pods/s"] = fmt.Sprintf("%.2f", rate)
+	note := fmt.Sprintf("%d starting at once for %s, each deleted once Ready; rate over the last %.0f s", b.o.OverloadConc, b.o.Overload, span)
+	if failed > 0 {
+		note += fmt.Sprintf("; %d never started and are left out", failed)
+	}
+	b.rows = append(b.rows, Row{What: "bare pods churned", MS: latencies(s, false), Rate: fmt.Sprintf("%.2f pods/s", rate), Note: note})
 	return nil
 }
 
