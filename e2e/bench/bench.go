@@ -85,6 +85,25 @@ func ParseCompare(s string) (Compare, error) {
 	return Compare{Name: name, Values: values}, nil
 }
 
+// ParseRounds reads C=N[,C=N...]: N rounds at concurrency C, for the warm
+// phase (in place of its default concurrencies).
+func ParseRounds(s string) (map[int]int, error) {
+	rounds := map[int]int{}
+	for part := range strings.SplitSeq(s, ",") {
+		c, n, ok := strings.Cut(part, "=")
+		ci, cerr := strconv.Atoi(c)
+		ni, nerr := strconv.Atoi(n)
+		if !ok || cerr != nil || nerr != nil || ci < 1 || ni < 1 {
+			return nil, fmt.Errorf("rounds %q: want CONCURRENCY=ROUNDS[,...], both whole numbers above 0 (for example 1=40,3=100)", s)
+		}
+		if _, dup := rounds[ci]; dup {
+			return nil, fmt.Errorf("rounds %q: concurrency %d given twice", s, ci)
+		}
+		rounds[ci] = ni
+	}
+	return rounds, nil
+}
+
 func (o *Options) defaults() {
 	def := func(v *int, d int) {
 		if *v == 0 {

@@ -110,6 +110,18 @@ func TestParseCompare(t *testing.T) {
 	}
 }
 
+func TestParseRounds(t *testing.T) {
+	r, err := ParseRounds("1=40,3=200")
+	if err != nil || len(r) != 2 || r[1] != 40 || r[3] != 200 {
+		t.Fatalf("got %v, %v", r, err)
+	}
+	for _, bad := range []string{"", "3", "3=", "=5", "0=5", "3=0", "3=-1", "x=5", "3=5,3=6", "3=5,"} {
+		if _, err := ParseRounds(bad); err == nil {
+			t.Errorf("ParseRounds(%q) took it", bad)
+		}
+	}
+}
+
 func TestPodStartup(t *testing.T) {
 	s := []Sample{
 		{OK: true, Timing: map[string]float64{api.TimingPodPython: 60, api.TimingPodSealed: 900, api.TimingPodReady: 1100, api.TimingPodWarm: 3000}},

@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the bench's namespace (client pod, logs) afterwards")
 	only := fs.String("phases", "", "run only these phases, comma-separated (for example \"floor,warm\")")
 	compare := fs.String("compare", "", "also compare the warm path under each value of one of serve's environment variables, in turns: NAME=V1,V2 (for example SANDBOX_POD_CPU_REQUEST=10m,50m); or the kind node's CPU weights: "+bench.NodeWeights+"=as-built,default")
+	rounds := fs.String("rounds", "", "the warm phase's rounds on full pools, per concurrency, in place of its defaults (for example 3=200, for a p99 of many samples)")
 	compareOverload := fs.Duration("compare-overload", 0, "with -compare, also an overload of this length in each turn of each value (for example 60s)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -50,6 +51,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cmp bench.Compare
 	if *compare != "" {
 		if cmp, err = bench.ParseCompare(*compare); err != nil {
+			return err
+		}
+	}
+	var warmRounds map[int]int
+	if *rounds != "" {
+		if warmRounds, err = bench.ParseRounds(*rounds); err != nil {
 			return err
 		}
 	}
@@ -73,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		phases = strings.Split(*only, ",")
 	}
 	start := time.Now()
-	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep, Phases: phases, Compare: cmp, CompareOverload: *compareOverload})
+	err = bench.Run(ctx, bench.Options{Env: env, Out: *out, Log: stderr, Stdout: stdout, KeepNamespace: *keep, Phases: phases, Compare: cmp, CompareOverload: *compareOverload, Rounds: warmRounds})
 	fmt.Fprintf(stderr, "=== bench took %s\n", time.Since(start).Round(time.Second))
 	return err
 }
