@@ -30,8 +30,8 @@ DEBIAN_SUITE=bookworm
 # The CPU request of the control plane's pods (kubeadm gives them 100m to
 # 250m), which is also their CPU weight under load. A production cluster runs
 # its control plane apart from the nodes that run sandboxes; on the one kind
-# node it weighs what a sandbox pod does (kindenv.PodCPURequest, which its
-# tests hold equal to this), so that it does not outweigh a snippet 25 to 1.
+# node it weighs no more than a sandbox pod (kindenv.PodCPURequest, which its
+# tests hold at least this), so that it does not outweigh a snippet 25 to 1.
 CONTROL_PLANE_CPU_REQUEST=10m
 
 # Docker image names we own. The node image tag carries a hash of everything

@@ -29,17 +29,21 @@ func (k Kubectl) Run(ctx context.Context, stdin []byte, args ...string) (string,
 }
 
 // PodCPURequest is the CPU request of snippet pods on kind. The node has the
-// host's 2 CPUs and the control plane requests about 0.85 of them, so the
-// default 1-CPU request would let one warm pod schedule and leave the rest
-// Pending (and a rollout stuck between two serve pods' pools). Under a burst
-// each of the two replicas grows to --pool-max (12) unclaimed pods plus one
-// per run in flight: some 45 pods, which fit in the CPU left only at 10m
-// each (100m would hold about 9, and a burst would wait for scheduling
-// rather than for pods to start). The 1-CPU limit is unchanged. A request
-// is also the pod's CPU weight when the node is busy (cpu.shares 10 here),
-// so the node's other weights are set to match: see 10-cpu-weight.conf in
-// e2e/node and CONTROL_PLANE_CPU_REQUEST in hack/lib.sh.
-const PodCPURequest = "10m"
+// host's 2 CPUs and its other pods request about 0.45 of them (coredns and
+// serve 0.2 each), so the default 1-CPU request would let one warm pod
+// schedule and leave the rest Pending (and a rollout stuck between two
+// serve pods' pools). The 1-CPU limit is unchanged.
+//
+// A request is also the pod's CPU weight when the node is busy (cpu.shares
+// 51 at 50m), and a warm pod's snippet runs while the pods that replace
+// the used ones start beside it: at 10m its run waited behind them (the
+// README's section on the kind node's CPU weights has the figures). 50m fits about 31 snippet pods; under a burst each of the
+// two replicas grows to --pool-max (12) unclaimed pods plus one per run in
+// flight, and the rest wait to be scheduled while the node, busy starting
+// the others, could not start them sooner anyway. The node's other weights
+// are set to match: see 10-cpu-weight.conf in e2e/node and
+// CONTROL_PLANE_CPU_REQUEST in hack/lib.sh.
+const PodCPURequest = "50m"
 
 // Manifests renders `sandbox manifests --image image --pod-cpu-request
 // PodCPURequest` with the sandbox binary.
