@@ -231,7 +231,7 @@ func (le loadEnv) waitSettled(ctx context.Context, t *testing.T) {
 		warm, other := map[string]int{}, 0
 		for _, p := range l.Items {
 			o := p.Labels[kube.LabelOwner]
-			if owners[o] && p.DeletionTimestamp == nil && !kube.IsClaimed(p) && podReady(p) {
+			if owners[o] && p.DeletionTimestamp == nil && !kube.IsClaimed(&p) && podReady(p) {
 				warm[o]++
 			} else {
 				other++

@@ -79,7 +79,7 @@ func claimedPods(ctx context.Context, t *testing.T, pe poolEnv) map[string]bool 
 	}
 	claimed := map[string]bool{}
 	for _, p := range pods {
-		if kube.IsClaimed(p) {
+		if kube.IsClaimed(&p) {
 			claimed[p.Name] = true
 		}
 	}
