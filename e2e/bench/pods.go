@@ -54,10 +54,7 @@ func barePod(ns, name, image string) *corev1.Pod {
 // cluster's raw pod start rate: the batch over the time to its last Ready).
 // The pools are idle meanwhile, so nothing else starts pods.
 func (b *Bench) measureBarePods(ctx context.Context) error {
-	if err := b.waitIdle(ctx); err != nil {
-		return err
-	}
-	tr, err := newTracker(ctx, b.cs, b.ns, labels.SelectorFromSet(bareLabel))
+	tr, err := b.bareTracker(ctx)
 	if err != nil {
 		return err
 	}
@@ -71,10 +68,7 @@ func (b *Bench) measureBarePods(ctx context.Context) error {
 		if _, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, barePod(b.ns, name, b.image), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create %s: %w", name, err)
 		}
-		if _, err := tr.waitUntil(ctx, 2*time.Minute, name+" Ready", func() bool {
-			s := tr.pods[name]
-			return s != nil && (!s.ready.IsZero() || s.failed)
-		}); err != nil {
+		if err := tr.waitStarted(ctx, name); err != nil {
 			return err
 		}
 		s, _ := tr.get(name)
@@ -174,10 +168,7 @@ func (b *Bench) measureBarePods(ctx context.Context) error {
 // overload's, is the sustained raw start rate; the batch above leaves out
 // the deletes.
 func (b *Bench) measureBareChurn(ctx context.Context) error {
-	if err := b.waitIdle(ctx); err != nil {
-		return err
-	}
-	tr, err := newTracker(ctx, b.cs, b.ns, labels.SelectorFromSet(bareLabel))
+	tr, err := b.bareTracker(ctx)
 	if err != nil {
 		return err
 	}
@@ -199,10 +190,7 @@ func (b *Bench) measureBareChurn(ctx context.Context) error {
 				at := time.Now()
 				_, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, barePod(b.ns, name, b.image), metav1.CreateOptions{})
 				if err == nil {
-					_, err = tr.waitUntil(ctx, 2*time.Minute, name+" Ready", func() bool {
-						p := tr.pods[name]
-						return p != nil && (!p.ready.IsZero() || p.failed)
-					})
+					err = tr.waitStarted(ctx, name)
 				}
 				if err != nil {
 					mu.Lock()
@@ -243,6 +231,24 @@ func (b *Bench) measureBareChurn(ctx context.Context) error {
 	}
 	b.rows = append(b.rows, Row{What: "bare pods churned", MS: latencies(s, false), Rate: fmt.Sprintf("%.2f pods/s", rate), Note: note})
 	return nil
+}
+
+// bareTracker waits for the pools to idle, so that nothing else starts
+// pods, and watches the bare pods.
+func (b *Bench) bareTracker(ctx context.Context) (*tracker, error) {
+	if err := b.waitIdle(ctx); err != nil {
+		return nil, err
+	}
+	return newTracker(ctx, b.cs, b.ns, labels.SelectorFromSet(bareLabel))
+}
+
+// waitStarted waits until the named pod is Ready or will never start.
+func (tr *tracker) waitStarted(ctx context.Context, name string) error {
+	_, err := tr.waitUntil(ctx, 2*time.Minute, name+" Ready", func() bool {
+		s := tr.pods[name]
+		return s != nil && (!s.ready.IsZero() || s.failed)
+	})
+	return err
 }
 
 func (b *Bench) deletePod(ctx context.Context, name string) {
