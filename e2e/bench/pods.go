@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/kube"
 )
 
 // bareLabel marks the bench's bare pods.
@@ -173,6 +178,89 @@ func (b *Bench) measureBareChurn(ctx context.Context) error {
 		return err
 	}
 	defer tr.stop()
+	rate, rows, err := b.churn(ctx, tr, b.ns, "bare pod", func(name string) *corev1.Pod { return barePod(b.ns, name, b.image) })
+	if err != nil {
+		return err
+	}
+	b.meta["bare churn pods/s"] = fmt.Sprintf("%.2f", rate)
+	b.rows = append(b.rows, rows...)
+	return nil
+}
+
+// churnOwner is the owner label of the sandbox churn's pods: no pool's, so
+// that no serve hands them out, and the bench's watch of the pools leaves
+// them out (see setUp).
+const churnOwner = "sandbox-bench"
+
+// measureSandboxChurn is the bare churn with sandbox pods: copies of one of
+// the pools' own pods (the same image, runner and its flags, readiness
+// probe, scratch volumes and security, in serve's namespace under its
+// NetworkPolicies, so each proves its egress cut before it is Ready), but
+// no pool's and never given a job. Between the bare churn and the overload
+// it splits what an execution costs the node beyond a bare pod: the sandbox
+// pod itself, and the rest (serve's bookkeeping, the job).
+func (b *Bench) measureSandboxChurn(ctx context.Context) error {
+	if err := b.waitIdle(ctx); err != nil {
+		return err
+	}
+	tmpl, err := b.poolPod(ctx)
+	if err != nil {
+		return err
+	}
+	sel := labels.SelectorFromSet(labels.Set{kube.LabelName: kube.RunnerName, kube.LabelOwner: churnOwner})
+	tr, err := newTracker(ctx, b.cs, kindenv.Namespace, sel)
+	if err != nil {
+		return err
+	}
+	defer tr.stop()
+	rate, rows, err := b.churn(ctx, tr, kindenv.Namespace, "sandbox pod", func(name string) *corev1.Pod { return sandboxPodLike(tmpl, name) })
+	if err != nil {
+		return err
+	}
+	b.meta["sandbox churn pods/s"] = fmt.Sprintf("%.2f", rate)
+	rows[0].Note += "; copies of a pool's pod, never given a job"
+	b.rows = append(b.rows, rows...)
+	return nil
+}
+
+// poolPod returns one of the pools' own pods, to copy.
+func (b *Bench) poolPod(ctx context.Context) (*corev1.Pod, error) {
+	pods, err := b.cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.RunnerSelector().String()})
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; slices.Contains(b.owners, p.Labels[kube.LabelOwner]) {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("no pool pod in %s to copy", kindenv.Namespace)
+}
+
+// sandboxPodLike is tmpl's spec under a new name and the churn's owner: no
+// owner reference, no incarnation, no claim, not yet on a node.
+func sandboxPodLike(tmpl *corev1.Pod, name string) *corev1.Pod {
+	l := maps.Clone(tmpl.Labels)
+	delete(l, kube.LabelIncarnation)
+	l[kube.LabelOwner] = churnOwner
+	spec := tmpl.Spec.DeepCopy()
+	spec.NodeName = ""
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tmpl.Namespace, Labels: l}, Spec: *spec}
+}
+
+// churn keeps OverloadConc pods of a kind, from newPod, starting in ns for
+// Overload, each deleted as soon as tr sees it Ready and replaced at once, and
+// returns their rate after OverloadSkip, a row of their create-to-Ready
+// times and one of the node's CPU time per pod.
+func (b *Bench) churn(ctx context.Context, tr *tracker, ns, kind string, newPod func(name string) *corev1.Pod) (float64, []Row, error) {
+	rest, err := b.restCPU(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	mark, err := markCPU()
+	if err != nil {
+		return 0, nil, err
+	}
 	start := time.Now()
 	end := start.Add(b.o.Overload)
 	var (
@@ -183,12 +271,13 @@ func (b *Bench) measureBareChurn(ctx context.Context) error {
 		n       atomic.Int64
 		wg      sync.WaitGroup
 	)
+	pods := b.cs.CoreV1().Pods(ns)
 	for range b.o.OverloadConc {
 		wg.Go(func() {
 			for time.Now().Before(end) && ctx.Err() == nil {
 				name := fmt.Sprintf("bench-churn-%d", n.Add(1))
 				at := time.Now()
-				_, err := b.cs.CoreV1().Pods(b.ns).Create(ctx, barePod(b.ns, name, b.image), metav1.CreateOptions{})
+				_, err := pods.Create(ctx, newPod(name), metav1.CreateOptions{})
 				if err == nil {
 					err = tr.waitStarted(ctx, name)
 				}
@@ -199,12 +288,12 @@ func (b *Bench) measureBareChurn(ctx context.Context) error {
 					return
 				}
 				p, _ := tr.get(name)
-				b.deletePod(ctx, name)
+				b.deletePodIn(ctx, ns, name)
 				mu.Lock()
 				if p.failed {
 					failed++
 				} else {
-					s = append(s, Sample{Phase: "bare pod churned", MS: float64(p.ready.Sub(at).Microseconds()) / 1000, ID: name, OK: true,
+					s = append(s, Sample{Phase: kind + " churned", MS: float64(p.ready.Sub(at).Microseconds()) / 1000, ID: name, OK: true,
 						Sent: float64(at.UnixNano()) / 1e9, Done: float64(p.ready.UnixNano()) / 1e9})
 				}
 				mu.Unlock()
@@ -215,22 +304,27 @@ func (b *Bench) measureBareChurn(ctx context.Context) error {
 	b.samples = append(b.samples, s...)
 	// Gone before the next phase, which must not share the node's starts.
 	if err := tr.waitGone(ctx); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if firstEr != nil {
-		return firstEr
+		return 0, nil, firstEr
+	}
+	cost, err := mark.costAfter(ctx, rest, settle)
+	if err != nil {
+		return 0, nil, err
 	}
 	rate, span, _, err := overloadRate(s, start, b.o.OverloadSkip)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
-	b.meta["bare churn pods/s"] = fmt.Sprintf("%.2f", rate)
 	note := fmt.Sprintf("%d starting at once for %s, each deleted once Ready; rate over the last %.0f s", b.o.OverloadConc, b.o.Overload, span)
 	if failed > 0 {
 		note += fmt.Sprintf("; %d never started and are left out", failed)
 	}
-	b.rows = append(b.rows, Row{What: "bare pods churned", MS: latencies(s, false), Rate: fmt.Sprintf("%.2f pods/s", rate), Note: note})
-	return nil
+	return rate, []Row{
+		{What: kind + "s churned", MS: latencies(s, false), Rate: fmt.Sprintf("%.2f pods/s", rate), Note: note},
+		cpuRow("node CPU per "+kind+" churned", cost, int(n.Load()), rest, "from the first create until the last pod is gone"),
+	}, nil
 }
 
 // bareTracker waits for the pools to idle, so that nothing else starts
@@ -251,8 +345,11 @@ func (tr *tracker) waitStarted(ctx context.Context, name string) error {
 	return err
 }
 
-func (b *Bench) deletePod(ctx context.Context, name string) {
-	if err := b.cs.CoreV1().Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+func (b *Bench) deletePod(ctx context.Context, name string) { b.deletePodIn(ctx, b.ns, name) }
+
+// deletePodIn deletes as serve does: no grace period.
+func (b *Bench) deletePodIn(ctx context.Context, ns, name string) {
+	if err := b.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		b.logf("delete %s: %v", name, err)
 	}
 }
