@@ -27,7 +27,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -316,12 +315,7 @@ func (b *Bench) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The pools' pods: the sandbox churn's are left out.
-	pools, err := labels.Parse(kube.RunnerSelector().String() + "," + kube.LabelOwner + "!=" + churnOwner)
-	if err != nil {
-		return err
-	}
-	if b.sandbox, err = newTracker(ctx, b.cs, kindenv.Namespace, pools); err != nil {
+	if b.sandbox, err = newTracker(ctx, b.cs, kindenv.Namespace, poolPods()); err != nil {
 		return err
 	}
 	if err := b.findServes(ctx); err != nil {

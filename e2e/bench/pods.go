@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/utils/ptr"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
@@ -221,6 +222,16 @@ func (b *Bench) measureSandboxChurn(ctx context.Context) error {
 	rows[0].Note += "; copies of a pool's pod, never given a job"
 	b.rows = append(b.rows, rows...)
 	return nil
+}
+
+// poolPods selects the pools' pods: every snippet pod but the sandbox
+// churn's.
+func poolPods() labels.Selector {
+	churn, err := labels.NewRequirement(kube.LabelOwner, selection.NotEquals, []string{churnOwner})
+	if err != nil {
+		panic(err) // constant, valid label
+	}
+	return kube.RunnerSelector().Add(*churn)
 }
 
 // poolPod returns one of the pools' own pods, to copy.
