@@ -58,8 +58,9 @@ bench:
 # brought up to date, by kind-up) in one run and prints one table: the floor
 # (bare python3 in a pod), warm executions at concurrency 1, 3 and 10,
 # kubectl run, the local backend, refill and pod start times, bare and
-# sandbox pods churned, a burst, a steady overload and serve's peak memory. Raw samples: bin/bench-kind.json;
-# the latency distributions: bin/bench-kind.png. About 15 minutes.
+# sandbox pods churned, a burst, a steady overload and serve's peak memory.
+# Raw samples: bin/bench-kind.json; the latency distributions:
+# bin/bench-kind.png. About 15 minutes.
 # BENCH_FLAGS='-compare NAME=V1,V2' also compares the warm path under each
 # value of one of serve's environment variables, in turns (about 4 more
 # minutes per value); '-compare node-cpu-weights=as-built,default' compares

@@ -208,8 +208,7 @@ func (b *Bench) measureSandboxChurn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sel := labels.SelectorFromSet(labels.Set{kube.LabelName: kube.RunnerName, kube.LabelOwner: churnOwner})
-	tr, err := newTracker(ctx, b.cs, kindenv.Namespace, sel)
+	tr, err := newTracker(ctx, b.cs, kindenv.Namespace, kube.OwnerSelector(churnOwner))
 	if err != nil {
 		return err
 	}

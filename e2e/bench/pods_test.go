@@ -25,6 +25,9 @@ func TestSandboxPodLikeIsNoPoolsPod(t *testing.T) {
 	if kube.PoolSelector(owner).Matches(set) || kube.OwnerSelector(owner.Name).Matches(set) {
 		t.Errorf("labels %v: the pool of %s would see it", p.Labels, owner.Name)
 	}
+	if !kube.OwnerSelector(churnOwner).Matches(set) {
+		t.Errorf("labels %v: the churn's own watch would not see it", p.Labels)
+	}
 	if poolPods().Matches(set) {
 		t.Errorf("labels %v: counted among the pools' pods", p.Labels)
 	}
