@@ -31,51 +31,69 @@ const idleSpan = 10 * time.Second
 // the cgroups, the mounts), and that work is part of the pod's cost.
 const settle = 10 * time.Second
 
-// busySeconds reads the machine's busy CPU time so far, in CPU-seconds.
-func busySeconds() (float64, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
-	}
-	return parseBusy(string(b))
+// cpuTimes are the machine's CPU times so far, in CPU-seconds, from
+// /proc/stat's "cpu" line. busy is user, nice, system, irq and softirq
+// (guest time is within user already). steal is time the hypervisor gave
+// another guest while this one had work: it is not the cluster's work, and
+// on a shared VM it swings with the neighbours' load, so it is kept apart.
+// idle is idle and iowait: time no one wanted the CPUs.
+type cpuTimes struct {
+	busy, steal, idle float64
 }
 
-// parseBusy sums the busy fields of /proc/stat's "cpu" line: user, nice,
-// system, irq, softirq and steal (guest time is within user already; idle
-// and iowait are not busy).
-func parseBusy(stat string) (float64, error) {
+func readCPUTimes() (cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, err
+	}
+	return parseCPUTimes(string(b))
+}
+
+func parseCPUTimes(stat string) (cpuTimes, error) {
 	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: first line %q is not the cpu totals", line)
+		return cpuTimes{}, fmt.Errorf("/proc/stat: first line %q is not the cpu totals", line)
 	}
-	var busy uint64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+	// user nice system idle iowait irq softirq steal
+	var t [9]uint64
+	for i := 1; i <= 8; i++ {
 		v, err := strconv.ParseUint(f[i], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: field %d of %q: %w", i, line, err)
+			return cpuTimes{}, fmt.Errorf("/proc/stat: field %d of %q: %w", i, line, err)
 		}
-		busy += v
+		t[i] = v
 	}
-	return float64(busy) / userHZ, nil
+	secs := func(ticks uint64) float64 { return float64(ticks) / userHZ }
+	return cpuTimes{busy: secs(t[1] + t[2] + t[3] + t[6] + t[7]), steal: secs(t[8]), idle: secs(t[4] + t[5])}, nil
 }
 
-// cpuMark is the machine's busy time at a moment, and every process's.
+func (a cpuTimes) sub(b cpuTimes) cpuTimes {
+	return cpuTimes{a.busy - b.busy, a.steal - b.steal, a.idle - b.idle}
+}
+
+func (a cpuTimes) add(b cpuTimes) cpuTimes {
+	return cpuTimes{a.busy + b.busy, a.steal + b.steal, a.idle + b.idle}
+}
+
+// cpuMark is the machine's CPU times at a moment, and every process's.
 type cpuMark struct {
-	busy  float64
+	cpuTimes
 	at    time.Time
 	procs map[int]procTime
 }
 
 func markCPU() (cpuMark, error) {
-	busy, err := busySeconds()
-	return cpuMark{busy, time.Now(), readProcs()}, err
+	t, err := readCPUTimes()
+	return cpuMark{t, time.Now(), readProcs()}, err
 }
 
-// cpuCost is what the machine spent since a mark beyond its rest, and
-// which commands spent it.
+// cpuCost is what the machine spent since a mark beyond its rest (total),
+// and which commands spent it; span is the machine's times meanwhile, in
+// all.
 type cpuCost struct {
 	total float64
+	span  cpuTimes
 	by    map[string]float64 // CPU-seconds by command name
 }
 
@@ -96,7 +114,8 @@ func (m cpuMark) costAfter(ctx context.Context, rest cpuRest, wait time.Duration
 	for c, r := range rest.by {
 		by[c] -= r * secs
 	}
-	return cpuCost{now.busy - m.busy - rest.cpus*secs, by}, nil
+	span := now.cpuTimes.sub(m.cpuTimes)
+	return cpuCost{span.busy - rest.cpus*secs, span, by}, nil
 }
 
 // cpuRest is what the machine keeps busy at rest: CPUs in all, and by
@@ -136,8 +155,15 @@ func (b *Bench) restCPU(ctx context.Context) (cpuRest, error) {
 // beyond rest, with the commands that spent the most of it.
 func cpuRow(what string, c cpuCost, n int, rest cpuRest, how string) Row {
 	return Row{What: what, Rate: fmt.Sprintf("%.2f CPU-s", c.total/float64(n)),
-		Note: fmt.Sprintf("the machine's busy CPU time %s and %s after, less its rest (%.2f CPUs busy), over %d; by command, likewise, in CPU-s each: %s",
-			how, settle, rest.cpus, n, topCommands(c.by, topShown, n))}
+		Note: fmt.Sprintf("the machine's busy CPU time %s and %s after, less its rest (%.2f CPUs busy), over %d; by command, likewise, in CPU-s each: %s; %s",
+			how, settle, rest.cpus, n, topCommands(c.by, topShown, n), c.stealNote(n))}
+}
+
+// stealNote says how much the hypervisor took meanwhile, per unit of per,
+// and how much of the CPUs' time was idle.
+func (c cpuCost) stealNote(per int) string {
+	all := c.span.busy + c.span.steal + c.span.idle
+	return fmt.Sprintf("steal, not counted: %.2f CPU-s each; the CPUs idle %.0f%% of the time", c.span.steal/float64(per), 100*c.span.idle/all)
 }
 
 // The CPU time of processes, from /proc/<pid>/stat.

@@ -5,15 +5,15 @@ import (
 	"testing"
 )
 
-func TestParseBusy(t *testing.T) {
-	got, err := parseBusy("cpu  1000 20 300 5000 70 4 6 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
-	if err != nil || got != (1000+20+300+4+6+10)/100.0 {
-		t.Errorf("busy %v, %v; want 13.4 CPU-s (user, nice, system, irq, softirq, steal)", got, err)
+func TestParseCPUTimes(t *testing.T) {
+	got, err := parseCPUTimes("cpu  1000 20 300 5000 70 4 6 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+	if want := (cpuTimes{busy: 13.3, steal: 0.1, idle: 50.7}); err != nil || got != want {
+		t.Errorf("got %+v, %v; want %+v (busy: user, nice, system, irq, softirq; idle: idle, iowait)", got, err, want)
 	}
-	if _, err := parseBusy("intr 1 2 3\n"); err == nil {
+	if _, err := parseCPUTimes("intr 1 2 3\n"); err == nil {
 		t.Error("a first line that is not the cpu totals was read")
 	}
-	if _, err := busySeconds(); err != nil {
+	if _, err := readCPUTimes(); err != nil {
 		t.Errorf("this machine's /proc/stat: %v", err)
 	}
 }
