@@ -699,11 +699,23 @@ func (b *Bench) measureLocal(ctx context.Context) error {
 // than the pools can meet, so that pod starts bound the rate. The rate
 // leaves out the first OverloadSkip, while the targets grow.
 func (b *Bench) measureOverload(ctx context.Context) error {
+	rest, err := b.restCPU(ctx)
+	if err != nil {
+		return err
+	}
 	if err := b.waitIdle(ctx); err != nil {
+		return err
+	}
+	mark, err := markCPU()
+	if err != nil {
 		return err
 	}
 	start := time.Now()
 	s, err := b.overload(ctx, "overload", b.o.Overload)
+	if err != nil {
+		return err
+	}
+	cost, err := mark.costAfter(ctx, rest, settle)
 	if err != nil {
 		return err
 	}
@@ -713,20 +725,27 @@ func (b *Bench) measureOverload(ctx context.Context) error {
 		return err
 	}
 	b.meta["overload exec/s"] = fmt.Sprintf("%.2f", rate)
+	started := b.sandbox.startups(start)
 	note := fmt.Sprintf("%d in flight for %s; rate over the last %.0f s; 503s: %d", b.o.OverloadConc, b.o.Overload, span, busy)
-	if raw, err := strconv.ParseFloat(b.meta["bare pods/s"], 64); err == nil && raw > 0 {
-		note += fmt.Sprintf("; %.0f%% of the bare pod start rate", 100*rate/raw)
+	var shares []string
+	for _, r := range []struct{ key, of string }{
+		{"bare pods/s", "the bare pod start rate"}, {"bare churn pods/s", "the bare churn's"}, {"sandbox churn pods/s", "the sandbox churn's"},
+	} {
+		if raw, err := strconv.ParseFloat(b.meta[r.key], 64); err == nil && raw > 0 {
+			shares = append(shares, fmt.Sprintf("%.0f%% of %s", 100*rate/raw, r.of))
+		}
 	}
-	if raw, err := strconv.ParseFloat(b.meta["bare churn pods/s"], 64); err == nil && raw > 0 {
-		note += fmt.Sprintf(", %.0f%% of the bare churn's", 100*rate/raw)
-	}
-	if raw, err := strconv.ParseFloat(b.meta["sandbox churn pods/s"], 64); err == nil && raw > 0 {
-		note += fmt.Sprintf(", %.0f%% of the sandbox churn's", 100*rate/raw)
+	if len(shares) > 0 {
+		note += "; " + strings.Join(shares, ", ")
 	}
 	b.rows = append(b.rows, Row{What: "sustained overload through the Service", MS: latencies(s, false),
 		Rate: fmt.Sprintf("%.2f exec/s", rate), Note: note + failures(s)},
-		Row{What: "sandbox pod create to Ready, under the overload", MS: b.sandbox.startups(start), Note: "as a watch sees them"})
+		Row{What: "sandbox pod create to Ready, under the overload", MS: started, Note: "as a watch sees them"})
 	b.rows = append(b.rows, PodStartup(s)...)
+	// Per pod started, as the churns' rows: the pods still warm at the end
+	// were started and not used.
+	b.rows = append(b.rows, cpuRow("node CPU per sandbox pod started under the overload", cost, len(started), rest,
+		"from the overload's start until its last answer"))
 	return nil
 }
 

@@ -44,3 +44,20 @@ func TestSandboxPodLikeIsNoPoolsPod(t *testing.T) {
 		t.Errorf("runner args %q, want the pool pod's %q", got, want)
 	}
 }
+
+// The sandbox churn's copies request the bare pods' CPU, so that as many
+// fit; their limits, and the pool's own pod, stay as they were.
+func TestFittedRequestsBareCPU(t *testing.T) {
+	tmpl := kube.SnippetPod(kube.PodOptions{Namespace: "sandbox", Image: "img", CPURequest: "50m"}, "sandbox-x", 1234)
+	p := fitted(sandboxPodLike(tmpl, "bench-churn-1"))
+	res := p.Spec.Containers[0].Resources
+	if got := res.Requests.Cpu().String(); got != bareCPU {
+		t.Errorf("copy requests %s of CPU, want the bare pods' %s", got, bareCPU)
+	}
+	if got := res.Limits.Cpu().String(); got != kube.SnippetCPU {
+		t.Errorf("copy's CPU limit %s, want the snippet pods' %s", got, kube.SnippetCPU)
+	}
+	if got := tmpl.Spec.Containers[0].Resources.Requests.Cpu().String(); got != "50m" {
+		t.Errorf("the pool's pod now requests %s", got)
+	}
+}
