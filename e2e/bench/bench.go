@@ -55,9 +55,12 @@ type Options struct {
 	Overload      time.Duration
 	OverloadConc  int
 	OverloadSkip  time.Duration // the start of the overload, left out of its rate
+	PartsPods     int           // pods a rung a round in "pod parts"
+	PartsRounds   int
 	KeepNamespace bool
 	// Phases, when set, runs only the phases of these names (see Run for
-	// them); the table then has only their rows.
+	// them); the table then has only their rows. "pod parts" runs only when
+	// named here.
 	Phases []string
 	// Compare, when set, adds the phase "compare": the warm path under each
 	// of its values, side by side.
@@ -121,6 +124,8 @@ func (o *Options) defaults() {
 	def(&o.Burst, 30)
 	def(&o.BurstConc, 10)
 	def(&o.OverloadConc, 24)
+	def(&o.PartsPods, 5)
+	def(&o.PartsRounds, 3)
 	if o.Overload == 0 {
 		o.Overload = 90 * time.Second
 	}
@@ -201,6 +206,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		{"overload", b.measureOverload},
 		{"serve memory", b.measureMemory},
 		{"target moves", b.measureTargetMoves},
+		{"pod parts", b.measurePodParts},
 	}
 	for _, name := range o.Phases {
 		if !slices.ContainsFunc(phases, func(p phase) bool { return p.name == name }) {
@@ -209,7 +215,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	start := time.Now()
 	for _, p := range phases {
-		if len(o.Phases) > 0 && !slices.Contains(o.Phases, p.name) || p.name == "compare" && o.Compare.Name == "" {
+		named := slices.Contains(o.Phases, p.name)
+		if len(o.Phases) > 0 && !named || p.name == "compare" && o.Compare.Name == "" || p.name == "pod parts" && !named {
 			continue
 		}
 		t := time.Now()

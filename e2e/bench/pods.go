@@ -30,6 +30,9 @@ var bareLabel = map[string]string{"app.kubernetes.io/name": "sandbox-bench-bare"
 // pod's own (python3 going to sleep), so its weight hardly matters.
 const bareCPU = "10m"
 
+// bareCommand is what a bare pod runs.
+var bareCommand = []string{"python3", "-c", "import time; time.sleep(600)"}
+
 // barePod is the least a pod can be with the sandbox image: python3
 // sleeping, no probe (Ready as soon as it runs).
 func barePod(ns, name, image string) *corev1.Pod {
@@ -46,7 +49,7 @@ func barePod(ns, name, image string) *corev1.Pod {
 				Name:            "bare",
 				Image:           image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:         []string{"python3", "-c", "import time; time.sleep(600)"},
+				Command:         bareCommand,
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 					corev1.ResourceCPU: resource.MustParse(bareCPU), corev1.ResourceMemory: resource.MustParse("32Mi"),
 				}},

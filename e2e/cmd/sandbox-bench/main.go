@@ -41,7 +41,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	out := fs.String("out", filepath.Join(root, "bin"), "directory for bench-kind.json (raw samples) and bench-kind.png")
 	keep := fs.Bool("keep", false, "keep the bench's namespace (client pod, logs) afterwards")
-	only := fs.String("phases", "", "run only these phases, comma-separated (for example \"floor,warm\")")
+	only := fs.String("phases", "", "run only these phases, comma-separated (for example \"floor,warm\"); \"pod parts\", a sandbox pod's start cost split by part, runs only when named")
 	compare := fs.String("compare", "", "also compare the warm path under each value of one of serve's environment variables, in turns: NAME=V1,V2 (for example SANDBOX_POD_CPU_REQUEST=10m,50m); or the kind node's CPU weights: "+bench.NodeWeights+"=as-built,default")
 	rounds := fs.String("rounds", "", "the warm phase's rounds on full pools, per concurrency, in place of its defaults (for example 3=200, for a p99 of many samples)")
 	compareOverload := fs.Duration("compare-overload", 0, "with -compare, also an overload of this length in each turn of each value (for example 60s)")
