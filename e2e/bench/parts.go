@@ -52,14 +52,22 @@ func podLadder(tmpl *corev1.Pod, benchNS string) []rung {
 	c := &runner.Spec.Containers[0]
 	c.Args = append(withoutFlags(c.Args, "--seal-probe", "--seal-dns", "--seal-dns-name"), "--seal-probe", refusedProbe)
 
+	// Without its readiness probe (Ready as soon as it runs) and deadline.
+	noProbe := runner.DeepCopy()
+	noProbe.Spec.Containers[0].ReadinessProbe = nil
+	noProbe.Spec.ActiveDeadlineSeconds = nil
+
+	// Without its own resolver: the cluster's DNS, no port sysctl.
+	noResolver := noProbe.DeepCopy()
+	c = &noResolver.Spec.Containers[0]
+	c.Args = withoutFlags(c.Args, "--resolver")
+	noResolver.Spec.DNSPolicy, noResolver.Spec.DNSConfig = "", nil
+	noResolver.Spec.SecurityContext.Sysctls = nil
+
 	// python3 sleeping in place of the runner, as in the bare pod.
-	sleeper := runner.DeepCopy()
+	sleeper := noResolver.DeepCopy()
 	c = &sleeper.Spec.Containers[0]
-	c.Command, c.Args = bareCommand, nil
-	c.ReadinessProbe, c.Ports = nil, nil
-	sleeper.Spec.DNSPolicy, sleeper.Spec.DNSConfig = "", nil
-	sleeper.Spec.SecurityContext.Sysctls = nil
-	sleeper.Spec.ActiveDeadlineSeconds = nil
+	c.Command, c.Args, c.Ports = bareCommand, nil, nil
 
 	noScratch := sleeper.DeepCopy()
 	c = &noScratch.Spec.Containers[0]
@@ -85,7 +93,9 @@ func podLadder(tmpl *corev1.Pod, benchNS string) []rung {
 		{"+ restricted: seccomp, no capabilities, read-only root, fsGroup", benchNS, named(noLimits)},
 		{"+ the snippet's limits (" + kube.SnippetCPU + " CPU, " + kube.SnippetMemory + ")", benchNS, named(noScratch)},
 		{"+ two memory-backed scratch volumes", benchNS, named(sleeper)},
-		{"+ the runner: its python3, probe, resolver, deadline", benchNS, named(runner)},
+		{"+ the runner in place of python3 sleeping, its python3 waiting", benchNS, named(noResolver)},
+		{"+ the runner's own resolver: no cluster DNS, the port sysctl", benchNS, named(noProbe)},
+		{"+ its readiness probe and deadline", benchNS, named(runner)},
 		{"+ serve's namespace, its policies, the egress proof", full.Namespace, named(full)},
 	}
 }

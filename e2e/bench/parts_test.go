@@ -43,6 +43,12 @@ func TestPodLadder(t *testing.T) {
 		t.Errorf("runner rung args %q, want %q first", runner, want)
 	}
 
+	for _, r := range ladder[:5] {
+		if p := r.pod("p"); slices.Contains(p.Spec.Containers[0].Args, "--resolver") || p.Spec.DNSConfig != nil {
+			t.Errorf("rung %q has the runner's resolver", r.what)
+		}
+	}
+
 	bare := ladder[0].pod("p")
 	if bare.Spec.SecurityContext.SeccompProfile != nil || bare.Spec.Containers[0].SecurityContext != nil ||
 		!slices.Equal(bare.Spec.Containers[0].Command, bareCommand) || bare.Spec.Containers[0].ReadinessProbe != nil || len(bare.Spec.Volumes) != 0 {
