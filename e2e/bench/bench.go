@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
 	"github.com/sandboxd/sandbox/kube"
@@ -336,11 +337,17 @@ func (b *Bench) tearDown(ctx context.Context) {
 	if b.sandbox != nil {
 		b.sandbox.stop()
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	// The sandbox churn's and pod parts' copies live in serve's namespace:
+	// a phase that failed or was stopped may have left some.
+	if err := b.cs.CoreV1().Pods(kindenv.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+		metav1.ListOptions{LabelSelector: kube.OwnerSelector(churnOwner).String()}); err != nil {
+		b.logf("delete the copies of pool pods: %v", err)
+	}
 	if b.o.KeepNamespace {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
 	if err := b.cs.CoreV1().Namespaces().Delete(ctx, b.ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		b.logf("delete namespace %s: %v", b.ns, err)
 	}

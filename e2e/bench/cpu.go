@@ -156,12 +156,12 @@ func (b *Bench) restCPU(ctx context.Context) (cpuRest, error) {
 func cpuRow(what string, c cpuCost, n int, rest cpuRest, how string) Row {
 	return Row{What: what, Rate: fmt.Sprintf("%.2f CPU-s", c.total/float64(n)),
 		Note: fmt.Sprintf("the machine's busy CPU time %s and %s after, less its rest (%.2f CPUs busy), over %d; by command, likewise, in CPU-s each: %s; %s",
-			how, settle, rest.cpus, n, topCommands(c.by, topShown, n), c.stealNote(n))}
+			how, settle, rest.cpus, n, topCommands(c.by, topShown, n), c.timesNote(n))}
 }
 
-// stealNote says how much the hypervisor took meanwhile, per unit of per,
+// timesNote says how much the hypervisor took meanwhile, per unit of per,
 // and how much of the CPUs' time was idle.
-func (c cpuCost) stealNote(per int) string {
+func (c cpuCost) timesNote(per int) string {
 	all := c.span.busy + c.span.steal + c.span.idle
 	return fmt.Sprintf("steal, not counted: %.2f CPU-s each; the CPUs idle %.0f%% of the time", c.span.steal/float64(per), 100*c.span.idle/all)
 }

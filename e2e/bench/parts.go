@@ -17,8 +17,8 @@ import (
 )
 
 // What each part of a sandbox pod costs the node. The sandbox churn costs
-// the node about half as much again per pod as the bare churn; the phase
-// "pod parts" splits that up. It starts pods one at a time on a ladder
+// the node more per pod than the bare churn; the phase "pod parts" splits
+// that up. It starts pods one at a time on a ladder
 // from the bare pod to a copy of a pool's pod, each rung the one above it
 // with one part taken out, and reads the node's CPU per pod on each rung.
 // One at a time, so that no rung's figure depends on how well the node
@@ -207,7 +207,7 @@ func (b *Bench) measurePodParts(ctx context.Context) error {
 				b.o.PartsPods, b.o.PartsRounds)
 		}
 		note += fmt.Sprintf("rounds %s; by command: %s; %s", strings.Join(rounds, ", "), topCommands(res[i].by, 4, res[i].pods),
-			cpuCost{span: res[i].span}.stealNote(res[i].pods))
+			cpuCost{span: res[i].span}.timesNote(res[i].pods))
 		if res[i].fails > 0 {
 			note += fmt.Sprintf("; %d never started and are left out", res[i].fails)
 		}
