@@ -42,7 +42,8 @@ type rung struct {
 }
 
 // podLadder builds the ladder from tmpl, one of the pools' pods: the first
-// rung is a bare pod, the last a sandbox pod as the sandbox churn makes it.
+// rung is a bare pod, the last the sandbox churn's copy at the pool's own
+// CPU request (one pod at a time, it fits).
 func podLadder(tmpl *corev1.Pod, benchNS string) []rung {
 	full := sandboxPodLike(tmpl, "")
 
@@ -118,9 +119,6 @@ func withoutFlags(args []string, flags ...string) []string {
 // the median of its rounds, each round the node's busy time from the
 // rung's first create until settle after its last pod is gone.
 func (b *Bench) measurePodParts(ctx context.Context) error {
-	if err := b.waitIdle(ctx); err != nil {
-		return err
-	}
 	tmpl, err := b.poolPod(ctx)
 	if err != nil {
 		return err
@@ -199,9 +197,9 @@ func (b *Bench) measurePodParts(ctx context.Context) error {
 			rounds = append(rounds, fmt.Sprintf("%.2f", v))
 		}
 		cpu := Percentile(res[i].cpu, 50) // sorts them: after the rounds' list
-		note := ""
+		var note string
 		if i > 0 {
-			note = fmt.Sprintf("%+.2f CPU-s on the rung above; ", cpu-below)
+			note = fmt.Sprintf("%+.2f CPU-s on the rung below; ", cpu-below)
 		} else {
 			note = fmt.Sprintf("one pod at a time, create to Ready to gone, %d a rung a round, rungs in turn; CPU as the churns' rows, per pod, the median of %d rounds; ",
 				b.o.PartsPods, b.o.PartsRounds)

@@ -204,9 +204,6 @@ const churnOwner = "sandbox-bench"
 // it splits what an execution costs the node beyond a bare pod: the sandbox
 // pod itself, and the rest (serve's bookkeeping, the job).
 func (b *Bench) measureSandboxChurn(ctx context.Context) error {
-	if err := b.waitIdle(ctx); err != nil {
-		return err
-	}
 	tmpl, err := b.poolPod(ctx)
 	if err != nil {
 		return err
@@ -236,8 +233,12 @@ func poolPods() labels.Selector {
 	return kube.RunnerSelector().Add(*churn)
 }
 
-// poolPod returns one of the pools' own pods, to copy.
+// poolPod waits for the pools to idle, so that nothing else starts pods,
+// and returns one of the pools' own pods, to copy.
 func (b *Bench) poolPod(ctx context.Context) (*corev1.Pod, error) {
+	if err := b.waitIdle(ctx); err != nil {
+		return nil, err
+	}
 	pods, err := b.cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.RunnerSelector().String()})
 	if err != nil {
 		return nil, err
