@@ -166,16 +166,10 @@ func (req *ExecuteRequest) Job() (exec.Job, error) {
 		Outputs: req.Outputs}, nil
 }
 
-// checkOutputs refuses output patterns the runner would: too many, or one
-// that could name a file outside the working directory.
+// checkOutputs refuses output patterns the runner would.
 func checkOutputs(patterns []string) error {
-	if len(patterns) > exec.MaxOutputPatterns {
-		return Errorf(http.StatusBadRequest, "too many outputs: %d patterns, at most %d", len(patterns), exec.MaxOutputPatterns)
-	}
-	for i, p := range patterns {
-		if err := exec.ValidatePattern(p); err != nil {
-			return Errorf(http.StatusBadRequest, "outputs[%d]: %v", i, err)
-		}
+	if err := exec.CheckOutputs(patterns); err != nil {
+		return Errorf(http.StatusBadRequest, "%v", err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -35,6 +34,11 @@ const (
 	// maxOutputScan bounds the directory entries the walk reads, so that a
 	// run that made a million files costs the collector a bounded time.
 	maxOutputScan = 50_000
+	// MaxOutputComponents bounds the components of all patterns together
+	// (a run of "**" counts as one): the matcher steps each live position
+	// in a pattern for every entry the walk reads, and real patterns have
+	// a few components each.
+	MaxOutputComponents = 256
 )
 
 // OutputFile is a file of the working directory that matched Job.Outputs.
@@ -156,38 +160,77 @@ func ValidatePattern(p string) error {
 	})
 }
 
-// checkOutputs validates a job's patterns before anything runs.
-func checkOutputs(patterns []string) error {
+// CheckOutputs validates a job's patterns before anything runs: how many,
+// each one, and their components together.
+func CheckOutputs(patterns []string) error {
 	if len(patterns) > MaxOutputPatterns {
-		return fmt.Errorf("%d output patterns, over the limit of %d", len(patterns), MaxOutputPatterns)
+		return fmt.Errorf("too many outputs: %d patterns, at most %d", len(patterns), MaxOutputPatterns)
 	}
-	var errs []error
-	for _, p := range patterns {
+	n := 0
+	for i, p := range patterns {
 		if err := ValidatePattern(p); err != nil {
-			errs = append(errs, err)
+			return fmt.Errorf("outputs[%d]: %w", i, err)
 		}
+		n += len(components(p))
 	}
-	return errors.Join(errs...)
+	if n > MaxOutputComponents {
+		return fmt.Errorf("outputs: %d path components in all, at most %d (a run of \"**\" counts as one)", n, MaxOutputComponents)
+	}
+	return nil
+}
+
+// components splits a valid pattern, a run of "**" as one: "**/**"
+// matches what "**" does.
+func components(p string) []string {
+	var cs []string
+	for c := range strings.SplitSeq(p, "/") {
+		if c == doubleStar && len(cs) > 0 && cs[len(cs)-1] == doubleStar {
+			continue
+		}
+		cs = append(cs, c)
+	}
+	return cs
 }
 
 // matcher matches a walk's entries against the patterns, one component at
 // a time, so that the walk enters only directories some pattern can match
-// below.
-type matcher struct{ pats [][]string }
+// below. A set of states holds each position at most once, so stepping it
+// costs at most the patterns' components (MaxOutputComponents).
+type matcher struct {
+	pats [][]string
+	base []int    // pats[p][i] is position base[p]+i
+	mark []uint32 // mark[pos] == gen: pos is in the set being built
+	gen  uint32
+}
 
 // mstate is a position in one pattern: component i is next.
 type mstate struct{ p, i int }
 
 func newMatcher(patterns []string) *matcher {
 	m := &matcher{}
+	n := 0
 	for _, p := range patterns {
-		m.pats = append(m.pats, strings.Split(p, "/"))
+		cs := components(p)
+		m.pats = append(m.pats, cs)
+		m.base = append(m.base, n)
+		n += len(cs)
 	}
+	m.mark = make([]uint32, n)
 	return m
+}
+
+// newSet begins a set of states: none of the marks stands.
+func (m *matcher) newSet() {
+	m.gen++
+	if m.gen == 0 { // wrapped: old marks could pass for new ones
+		clear(m.mark)
+		m.gen = 1
+	}
 }
 
 // start is the states at the top of the working directory.
 func (m *matcher) start() []mstate {
+	m.newSet()
 	var s []mstate
 	for p := range m.pats {
 		s = m.add(s, mstate{p, 0})
@@ -195,15 +238,15 @@ func (m *matcher) start() []mstate {
 	return s
 }
 
-// add appends st, and, since "**" may match no directory at all, the
-// states past each "**" it stands on.
+// add appends st to the set being built, and, since "**" may match no
+// directory at all, the states past each "**" it stands on.
 func (m *matcher) add(states []mstate, st mstate) []mstate {
 	for {
-		for _, have := range states {
-			if have == st {
-				return states
-			}
+		pos := m.base[st.p] + st.i
+		if m.mark[pos] == m.gen {
+			return states
 		}
+		m.mark[pos] = m.gen
 		states = append(states, st)
 		cs := m.pats[st.p]
 		if cs[st.i] != doubleStar || st.i+1 == len(cs) {
@@ -218,6 +261,7 @@ func (m *matcher) add(states []mstate, st mstate) []mstate {
 // that naming a directory there is worth reporting; next: the states for
 // the entry's children if it is a directory (none: do not enter it).
 func (m *matcher) step(states []mstate, name string) (match, named bool, next []mstate) {
+	m.newSet()
 	for _, st := range states {
 		cs := m.pats[st.p]
 		last := st.i == len(cs)-1

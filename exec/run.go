@@ -63,7 +63,7 @@ func checkJob(job Job) error {
 	if err := checkFiles(job.Files); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
-	if err := checkOutputs(job.Outputs); err != nil {
+	if err := CheckOutputs(job.Outputs); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	return nil

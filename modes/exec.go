@@ -55,10 +55,8 @@ func (c *ExecCmd) Validate() error {
 	case c.OutputDir != "" && len(c.Outputs) == 0:
 		return errors.New("--output-dir goes with --output PATTERN")
 	}
-	for _, p := range c.Outputs {
-		if err := exec.ValidatePattern(p); err != nil {
-			return fmt.Errorf("--output: %w", err)
-		}
+	if err := exec.CheckOutputs(c.Outputs); err != nil {
+		return fmt.Errorf("--output: %w", err)
 	}
 	return nil
 }
