@@ -6,10 +6,12 @@ package seal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -34,6 +36,12 @@ const (
 // that stalls a TCP connection must not keep a goroutine of the runner.
 const resolverTimeout = 2 * time.Second
 
+// anyPortAttempts is how many ports ListenResolver tries for port 0.
+const anyPortAttempts = 10
+
+// listenTCP is net.Listen; the tests make a port look taken.
+var listenTCP = net.Listen
+
 // Resolver answers DNS over UDP and TCP on one address: NXDOMAIN for every
 // name, except that localhost names resolve to the loopback addresses
 // (RFC 6761). Nothing is forwarded, so no lookup a snippet makes can carry
@@ -49,15 +57,28 @@ type Resolver struct {
 // ListenResolver binds addr (host:port) for UDP and TCP; Serve answers on
 // the bound sockets.
 func ListenResolver(addr string) (*Resolver, error) {
-	pc, err := net.ListenPacket("udp", addr)
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("resolver: %w", err)
 	}
-	// TCP on the same port as UDP, also when addr asked for port 0.
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
+	var (
+		pc net.PacketConn
+		ln net.Listener
+	)
+	// TCP on the same port as UDP, also when addr asked for port 0: the
+	// port UDP was given may be some TCP socket's already, so any port is
+	// tried a few times.
+	for attempt := 1; ; attempt++ {
+		if pc, err = net.ListenPacket("udp", addr); err != nil {
+			return nil, fmt.Errorf("resolver: %w", err)
+		}
+		if ln, err = listenTCP("tcp", pc.LocalAddr().String()); err == nil {
+			break
+		}
 		pc.Close()
-		return nil, fmt.Errorf("resolver: %w", err)
+		if port != "0" || attempt == anyPortAttempts || !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("resolver: %w", err)
+		}
 	}
 	h := dns.HandlerFunc(answer)
 	return &Resolver{

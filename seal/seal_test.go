@@ -2,6 +2,7 @@ package seal
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -320,5 +321,41 @@ func TestResolvConf(t *testing.T) {
 	}
 	if a := APIServerAddr(func(string) string { return "" }); a != "" {
 		t.Errorf("api server %q outside a cluster", a)
+	}
+}
+
+// TestResolverAnyPortTaken: when the port UDP was given is some TCP
+// socket's already, port 0 tries another; a port asked for is not
+// changed.
+func TestResolverAnyPortTaken(t *testing.T) {
+	var taken []string
+	listenTCP = func(network, addr string) (net.Listener, error) {
+		if len(taken) < 2 {
+			taken = append(taken, addr)
+			return nil, &net.OpError{Op: "listen", Net: network, Err: syscall.EADDRINUSE}
+		}
+		return net.Listen(network, addr)
+	}
+	defer func() { listenTCP = net.Listen }()
+
+	r, err := ListenResolver("127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("port 0 with two ports taken: %v", err)
+	}
+	r.udp.PacketConn.Close()
+	r.tcp.Listener.Close()
+	if len(taken) != 2 {
+		t.Errorf("tried %v before binding %s, want two ports", taken, r.Addr())
+	}
+
+	taken = nil
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := pc.LocalAddr().String()
+	pc.Close()
+	if _, err := ListenResolver(fixed); !errors.Is(err, syscall.EADDRINUSE) || len(taken) != 1 {
+		t.Errorf("a port asked for, taken: %v after %d tries, want EADDRINUSE after 1", err, len(taken))
 	}
 }
