@@ -171,6 +171,9 @@ func DecodeCall(r io.Reader) (Call, error) {
 		}
 		return Call{}, callDecodeError(err)
 	}
+	if err := checkUnicode(raw.Bytes()); err != nil {
+		return Call{}, err
+	}
 	if err := walkObject(json.NewDecoder(bytes.NewReader(raw.Bytes())), callKeys, "", nil); err != nil {
 		var ae *Error
 		if !errors.As(err, &ae) {

@@ -47,6 +47,8 @@ func TestDecodeCallRefuses(t *testing.T) {
 		status           int
 	}{
 		{"no image", `{"function":"m:f"}`, "missing image", 400},
+		{"a lone surrogate in an argument", `{` + ok + `,"args":["\udcff"]}`, `a lone surrogate \udcff`, 400},
+		{"bytes that are not UTF-8", `{` + ok + ",\"args\":[\"\xff\"]}", "the body is not UTF-8", 400},
 		{"no function", `{"image":"a"}`, "missing function", 400},
 		{"function without colon", `{"image":"a","function":"tools.weather.get"}`, `function "tools.weather.get"`, 400},
 		{"function with two colons", `{"image":"a","function":"a:b:c"}`, "function", 400},

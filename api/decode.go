@@ -50,6 +50,9 @@ func Decode(r io.Reader) (exec.Job, error) {
 		}
 		return exec.Job{}, decodeError(err)
 	}
+	if err := checkUnicode(raw.Bytes()); err != nil {
+		return exec.Job{}, err
+	}
 	if err := checkKeys(raw.Bytes()); err != nil {
 		var ae *Error
 		if !errors.As(err, &ae) {

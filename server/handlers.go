@@ -44,6 +44,10 @@ func (s *Server) routes() http.Handler {
 		}
 		for _, m := range rt.methods {
 			if r.Method == m {
+				if err := checkPost(r); err != nil {
+					api.WriteError(w, err.Status, err.Msg)
+					return
+				}
 				rt.handler(w, r)
 				return
 			}
@@ -52,6 +56,27 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Allow", allow)
 		api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
 	})
+}
+
+// checkPost refuses what no client of the API sends with a POST. A web
+// page: any site a user visits can POST to serve on 127.0.0.1 (a form or
+// fetch with a simple content type needs no preflight, and DNS rebinding
+// makes it same-origin), and would run code through it; browsers mark
+// such requests with Origin or Sec-Fetch-Site, and programs do not. A
+// compressed body: the API reads the body as it is.
+func checkPost(r *http.Request) *api.Error {
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	if o, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site"); o != "" || site != "" && site != "none" {
+		return &api.Error{Status: http.StatusForbidden, Msg: fmt.Sprintf(
+			"a request from a web page (Origin %q, Sec-Fetch-Site %q) is refused: the API is for programs, and a page must not run code through it", o, site)}
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return &api.Error{Status: http.StatusUnsupportedMediaType, Msg: fmt.Sprintf(
+			"Content-Encoding %q is not supported: send the JSON body as it is", ce)}
+	}
+	return nil
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -155,6 +155,7 @@ func TestErrors(t *testing.T) {
 		status     int
 		msg        string // substring of the error message
 		header     [2]string
+		reqHeader  [2]string
 		outcome    string // "" when no execution line is expected
 	}{
 		{name: "malformed JSON", method: "POST", path: "/v1/execute", body: `{"code":`,
@@ -175,6 +176,12 @@ func TestErrors(t *testing.T) {
 			status: 405, msg: "use GET, HEAD", header: [2]string{"Allow", "GET, HEAD"}},
 		{name: "unknown path", method: "GET", path: "/v1/exec",
 			status: 404, msg: `no such path "/v1/exec"`},
+		{name: "a web page's request", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, reqHeader: [2]string{"Origin", "http://evil.example"},
+			status: 403, msg: "a request from a web page"},
+		{name: "a web page's request without Origin", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, reqHeader: [2]string{"Sec-Fetch-Site", "cross-site"},
+			status: 403, msg: "a request from a web page"},
+		{name: "a compressed body", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, reqHeader: [2]string{"Content-Encoding", "gzip"},
+			status: 415, msg: `Content-Encoding "gzip" is not supported`},
 		{name: "no capacity", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: api.ErrNoCapacity,
 			status: 503, msg: "no warm sandbox pod available", header: [2]string{"Retry-After", "5"}, outcome: api.OutcomeRejected},
 		{name: "backend bad request", method: "POST", path: "/v1/execute", body: `{"code":"x"}`,
@@ -189,7 +196,12 @@ func TestErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fb := &fakeBackend{err: tt.backendErr}
 			s, logs := newTestServer(t, fb, 1024)
-			rec := do(t, s.Handler(), tt.method, tt.path, tt.body)
+			req := httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body))
+			if tt.reqHeader[0] != "" {
+				req.Header.Set(tt.reqHeader[0], tt.reqHeader[1])
+			}
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, req)
 			if rec.Code != tt.status {
 				t.Errorf("status = %d, want %d (body %s)", rec.Code, tt.status, rec.Body)
 			}
@@ -371,4 +383,36 @@ func (s *syncBuffer) onlyLine(t *testing.T) map[string]any {
 		t.Fatalf("got %d execution log lines, want 1:\n%s", len(lines), s)
 	}
 	return lines[0]
+}
+
+// TestBrowsersMayRead: a browser may still GET the health and metrics
+// pages (an operator's), and a program's POST, with no browser headers or
+// Sec-Fetch-Site "none" (typed by the user), runs: the positive control of
+// the web-page refusal.
+func TestBrowsersMayRead(t *testing.T) {
+	fb := &fakeBackend{ready: true}
+	s, _ := newTestServer(t, fb, 1024)
+	for _, tt := range []struct {
+		method, path, name, value string
+		status                    int
+	}{
+		{"GET", "/healthz", "Origin", "http://evil.example", 200},
+		{"GET", "/metrics", "Sec-Fetch-Site", "cross-site", 200},
+		{"POST", "/v1/execute", "Sec-Fetch-Site", "none", 200},
+		{"POST", "/v1/execute", "", "", 200},
+		{"POST", "/v1/execute", "Content-Encoding", "identity", 200},
+	} {
+		req := httptest.NewRequest(tt.method, tt.path, strings.NewReader(`{"code":"x"}`))
+		if tt.name != "" {
+			req.Header.Set(tt.name, tt.value)
+		}
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		if rec.Code != tt.status {
+			t.Errorf("%s %s with %s %q: %d %s, want %d", tt.method, tt.path, tt.name, tt.value, rec.Code, rec.Body, tt.status)
+		}
+	}
+	if fb.calls() != 3 {
+		t.Errorf("%d runs, want the three program POSTs", fb.calls())
+	}
 }
