@@ -223,8 +223,22 @@ func mountSandbox(disk int64) error {
 			return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
 		}
 	}
+	// Pseudo-terminals of the run's own: the kernel opens /dev/ptmx in the
+	// devpts beside it, and the host's is one pool for every run and the
+	// host itself (a run that took them all left none for anyone). A new
+	// instance holds ptsMax, and the kernel keeps pty.reserve for the host's.
+	if fi, err := os.Lstat("/dev/pts"); err == nil && fi.IsDir() {
+		if err := syscall.Mount("devpts", "/dev/pts", "devpts", syscall.MS_NOSUID|syscall.MS_NOEXEC,
+			fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,max=%d", ptsMax)); err != nil {
+			return fmt.Errorf("mount devpts on /dev/pts: %w", err)
+		}
+	}
 	return nil
 }
+
+// ptsMax is how many pseudo-terminals a run may hold at once: a few are
+// what a terminal program under test needs.
+const ptsMax = 64
 
 // readOnlyRoot makes every mount read-only, in one call where the kernel has
 // mount_setattr (5.12), else one remount per mount point.

@@ -3,6 +3,7 @@ package exec
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,6 +126,86 @@ func TestNoNewUserNamespaces(t *testing.T) {
 				t.Errorf("stdout %q, want %q", res.Stdout, want)
 			}
 		})
+	}
+}
+
+// keyProbe adds a key readable by all to the run's user keyring, reads it
+// back and removes it (the control must leave nothing in the kernel); the
+// test fills in the architecture's add_key and keyctl numbers.
+const keyProbe = `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+key = libc.syscall(%d, b"user", b"probe", b"secret", 6, -4)  # add_key into KEY_SPEC_USER_KEYRING
+if key < 0:
+    print("add_key", os.strerror(ctypes.get_errno()))
+else:
+    buf = ctypes.create_string_buffer(64)
+    n = libc.syscall(%d, 11, ctypes.c_long(key), buf, 64)  # KEYCTL_READ
+    libc.syscall(%d, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE
+    print("read", buf.raw[:n].decode())
+`
+
+// TestNoKeyrings: a run cannot put a key in the kernel, where it would
+// outlive the run; with the seccomp filter off (the control) it can.
+func TestNoKeyrings(t *testing.T) {
+	a, err := thisArch()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		noSeccomp bool
+		want      string
+	}{{"sandbox", false, "add_key Operation not permitted\n"}, {"control: no seccomp filter", true, "read secret\n"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := sandboxFor(t, 2_000_000_009)
+			sb.NoSeccomp = tc.noSeccomp
+			code := fmt.Sprintf(keyProbe, a.addKey, a.keyctl, a.keyctl)
+			res, err := Run(context.Background(), Job{Code: code, Timeout: 10 * time.Second}, Options{Sandbox: sb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Stdout != tc.want {
+				t.Errorf("stdout %q, want %q (stderr %s)", res.Stdout, tc.want, res.Stderr)
+			}
+		})
+	}
+}
+
+// TestOwnPTYs: a run's pseudo-terminals come from a devpts of its own,
+// numbered from 0 and bounded at ptsMax; from the host's pool a run could
+// take as many as its descriptors allow (the control: this process opens
+// more than that in the host's).
+func TestOwnPTYs(t *testing.T) {
+	sb := sandboxFor(t, 2_000_000_010)
+	res, err := Run(context.Background(), Job{Code: `
+import os
+fds = []
+try:
+    while True:
+        fds.append(os.openpty())
+except OSError as e:
+    print(len(fds), os.ttyname(fds[0][1]), e.strerror)
+`, Timeout: 10 * time.Second}, Options{Sandbox: sb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d /dev/pts/0 No space left on device\n", ptsMax); res.Stdout != want {
+		t.Errorf("stdout %q, want %q (stderr %s)", res.Stdout, want, res.Stderr)
+	}
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	for range ptsMax + 1 {
+		f, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err != nil {
+			t.Fatalf("control: the host's pool gave %d: %v", len(held), err)
+		}
+		held = append(held, f)
 	}
 }
 

@@ -7,8 +7,11 @@ import (
 	"unsafe"
 )
 
-// The seccomp filter of an isolated run refuses one thing: a new user
-// namespace. Inside one, an unprivileged process holds every capability over
+// The seccomp filter of an isolated run refuses two things. The kernel's
+// keyrings (add_key, request_key, keyctl): a key a run adds to its uid's
+// keyring outlives the run, in kernel memory until reboot, where a later
+// run could read it if its mode allowed, and every run's new uid would
+// leave some behind. And a new user namespace. Inside one, an unprivileged process holds every capability over
 // namespaces it then creates (mounts of its own, a network of its own), a
 // kernel surface much larger than a run needs and where most local privilege
 // escalations of recent years were found. Pods get the same from the
@@ -44,19 +47,20 @@ const (
 	offArg0 = 16
 )
 
-// seccompArch is the audit ABI and the numbers of clone, unshare and clone3
-// on this architecture.
+// seccompArch is the audit ABI and the numbers of the calls the filter
+// looks at on this architecture.
 type seccompArch struct {
-	audit                  uint32
-	clone, unshare, clone3 uint32
+	audit                      uint32
+	clone, unshare, clone3     uint32
+	addKey, requestKey, keyctl uint32
 }
 
 func thisArch() (seccompArch, error) {
 	switch runtime.GOARCH {
 	case "amd64":
-		return seccompArch{audit: 0xc000003e, clone: 56, unshare: 272, clone3: 435}, nil
+		return seccompArch{audit: 0xc000003e, clone: 56, unshare: 272, clone3: 435, addKey: 248, requestKey: 249, keyctl: 250}, nil
 	case "arm64":
-		return seccompArch{audit: 0xc00000b7, clone: 220, unshare: 97, clone3: 435}, nil
+		return seccompArch{audit: 0xc00000b7, clone: 220, unshare: 97, clone3: 435, addKey: 217, requestKey: 218, keyctl: 219}, nil
 	}
 	return seccompArch{}, fmt.Errorf("seccomp: no filter for %s", runtime.GOARCH)
 }
@@ -67,8 +71,8 @@ func SeccompSupported() error {
 	return err
 }
 
-// userNSFilter is the BPF program described above.
-func userNSFilter(a seccompArch) []syscall.SockFilter {
+// runFilter is the BPF program described above.
+func runFilter(a seccompArch) []syscall.SockFilter {
 	stmt := func(code uint16, k uint32) syscall.SockFilter { return syscall.SockFilter{Code: code, K: k} }
 	jump := func(code uint16, k uint32, jt, jf uint8) syscall.SockFilter {
 		return syscall.SockFilter{Code: code, K: k, Jt: jt, Jf: jf}
@@ -84,12 +88,15 @@ func userNSFilter(a seccompArch) []syscall.SockFilter {
 		/* 5 */ stmt(bpfRetK, enosys),
 		/* 6 */ jump(bpfJeqK, a.clone3, 0, 1),
 		/* 7 */ stmt(bpfRetK, enosys),
-		/* 8 */ jump(bpfJeqK, a.clone, 1, 0),
-		/* 9 */ jump(bpfJeqK, a.unshare, 0, 3),
-		/* 10 */ stmt(bpfLdWAbs, offArg0),
-		/* 11 */ jump(bpfJsetK, cloneNewUser, 0, 1),
-		/* 12 */ stmt(bpfRetK, eperm),
-		/* 13 */ stmt(bpfRetK, seccompRetAllow),
+		/* 8 */ jump(bpfJeqK, a.addKey, 6, 0),
+		/* 9 */ jump(bpfJeqK, a.requestKey, 5, 0),
+		/* 10 */ jump(bpfJeqK, a.keyctl, 4, 0),
+		/* 11 */ jump(bpfJeqK, a.clone, 1, 0),
+		/* 12 */ jump(bpfJeqK, a.unshare, 0, 3),
+		/* 13 */ stmt(bpfLdWAbs, offArg0),
+		/* 14 */ jump(bpfJsetK, cloneNewUser, 0, 1),
+		/* 15 */ stmt(bpfRetK, eperm),
+		/* 16 */ stmt(bpfRetK, seccompRetAllow),
 	}
 }
 
@@ -100,7 +107,7 @@ func installSeccomp() error {
 	if err != nil {
 		return err
 	}
-	prog := userNSFilter(a)
+	prog := runFilter(a)
 	fprog := syscall.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetSeccomp, seccompModeFilter, uintptr(unsafe.Pointer(&fprog))); e != 0 {
 		return fmt.Errorf("install seccomp filter: %w", e)
