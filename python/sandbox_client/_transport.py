@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 from urllib.parse import SplitResult
 
-from .errors import SandboxUnavailable
+from .errors import SandboxRequestError, SandboxUnavailable
 
 # MAX_ANSWER bounds how much of an answer is read (64 MiB): a /v1/call answer
 # is at most 8 MiB and a snippet's two streams of 1 MiB fit many times over
@@ -37,11 +37,13 @@ class Answer:
     body: bytes
 
 
-def post(base: SplitResult, path: str, body: bytes, timeout: float) -> Answer:
+def post(base: SplitResult, path: str, body: bytes, timeout: float, max_body: Optional[int] = None) -> Answer:
     """POST body as JSON to base + path and return the answer.
 
     Every failure to get a whole answer within timeout seconds is raised as
-    SandboxUnavailable naming the URL and what happened.
+    SandboxUnavailable naming the URL and what happened, except that a body
+    over max_body, when the connection breaks before the answer, is raised
+    as SandboxRequestError 413.
     """
     url = base.scheme + "://" + base.netloc + base.path.rstrip("/") + path
     host = base.hostname or ""
@@ -73,18 +75,31 @@ def post(base: SplitResult, path: str, body: bytes, timeout: float) -> Answer:
             sock_holder.append(conn.sock)
         if expired.is_set():
             raise socket.timeout()
-        conn.request(
-            "POST",
-            base.path.rstrip("/") + path,
-            body=body,
-            headers={
-                "Content-Type": "application/json",
-                "Accept": "application/json",
-                "User-Agent": _USER_AGENT,
-                "Connection": "close",
-            },
-        )
-        resp = conn.getresponse()
+        try:
+            conn.request(
+                "POST",
+                base.path.rstrip("/") + path,
+                body=body,
+                headers={
+                    "Content-Type": "application/json",
+                    "Accept": "application/json",
+                    "User-Agent": _USER_AGENT,
+                    "Connection": "close",
+                },
+            )
+            resp = conn.getresponse()
+        except (ConnectionResetError, BrokenPipeError) as e:
+            # The service answers 413 to a body over its limit and closes
+            # without reading it, and the rest of the body, still coming,
+            # turns that close into a reset that loses the 413. Only for such
+            # a body is the reset that answer; on any other it is a failure.
+            if max_body is not None and len(body) > max_body and not expired.is_set():
+                raise SandboxRequestError(
+                    413,
+                    f"request body too large: {len(body)} bytes, over the {max_body}-byte limit "
+                    f"(the service closed the connection while it was sent: {type(e).__name__})",
+                ) from e
+            raise
         length = resp.getheader("Content-Length")
         if length is not None and length.isdigit() and int(length) > MAX_ANSWER:
             raise SandboxUnavailable(f"POST {url}: answer of {length} bytes is over the {MAX_ANSWER}-byte limit", resp.status)
@@ -100,7 +115,7 @@ def post(base: SplitResult, path: str, body: bytes, timeout: float) -> Answer:
         if len(data) > MAX_ANSWER:
             raise SandboxUnavailable(f"POST {url}: answer over the {MAX_ANSWER}-byte limit", resp.status)
         return Answer(resp.status, resp.getheader("Retry-After"), data)
-    except SandboxUnavailable:
+    except (SandboxUnavailable, SandboxRequestError):
         raise
     except Exception as e:  # every other way the exchange can break: classified below
         raise SandboxUnavailable(f"POST {url}: {_describe(e, expired.is_set(), timeout)}") from e

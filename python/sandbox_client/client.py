@@ -19,9 +19,18 @@ from .results import CallResult, MalformedAnswer, Result
 
 log = logging.getLogger("sandbox_client")
 
-# The service's defaults when a request names no timeout_s.
+# The service's defaults when a request names no timeout_s, and its limits.
 EXECUTE_DEFAULT_TIMEOUT_S = 20
 CALL_DEFAULT_TIMEOUT_S = 30
+EXECUTE_MAX_TIMEOUT_S = 60
+CALL_MAX_TIMEOUT_S = 120
+
+# The largest request body the service takes (1 MiB): serve's --max-body
+# default, and Client's (max_body= for a service set otherwise). A larger
+# body is refused here, before it is sent, as the 413 the service would
+# answer: the service closes the connection on a body it will not read, so
+# a client still sending it would often see a reset instead of that 413.
+MAX_BODY = 1 << 20
 
 # How long an answer may take beyond the run's own timeout_s before the
 # client gives up. /v1/execute may wait 30 s for a free warm pod before it
@@ -69,6 +78,7 @@ class Client:
         *,
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
         overhead_s: Optional[float] = None,
+        max_body: int = MAX_BODY,
     ) -> None:
         if url is None:
             url = os.environ.get("SANDBOX_URL", "")
@@ -87,6 +97,7 @@ class Client:
         self._base = base
         self.retry_budget_s = retry_budget_s
         self.overhead_s = overhead_s
+        self.max_body = max_body
 
     def execute(
         self,
@@ -114,7 +125,8 @@ class Client:
             payload["files"] = encode_files(files)
         if outputs is not None:
             payload["outputs"] = _outputs(outputs)
-        obj = self._post("/v1/execute", payload, timeout_s or EXECUTE_DEFAULT_TIMEOUT_S, EXECUTE_OVERHEAD_S)
+        wait_s = _wait_s(timeout_s, EXECUTE_DEFAULT_TIMEOUT_S, EXECUTE_MAX_TIMEOUT_S)
+        obj = self._post("/v1/execute", payload, wait_s, EXECUTE_OVERHEAD_S)
         try:
             return Result.from_json(obj)
         except MalformedAnswer as e:
@@ -153,7 +165,8 @@ class Client:
                 if not isinstance(k, str) or not isinstance(v, str):
                     raise TypeError(f"env must map str to str, got {type(k).__name__}: {type(v).__name__}")
             payload["env"] = dict(env)
-        obj = self._post("/v1/call", payload, timeout_s or CALL_DEFAULT_TIMEOUT_S, CALL_OVERHEAD_S)
+        wait_s = _wait_s(timeout_s, CALL_DEFAULT_TIMEOUT_S, CALL_MAX_TIMEOUT_S)
+        obj = self._post("/v1/call", payload, wait_s, CALL_OVERHEAD_S)
         try:
             return CallResult.from_json(obj)
         except MalformedAnswer as e:
@@ -167,13 +180,17 @@ class Client:
         """POST payload, retrying a 503 with Retry-After within the budget,
         and return the decoded JSON of a 200 answer."""
         body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        if len(body) > self.max_body:
+            raise SandboxRequestError(
+                413, f"request body too large: {len(body)} bytes, the limit is {self.max_body} bytes (nothing was sent)"
+            )
         timeout = timeout_s + (self.overhead_s if self.overhead_s is not None else overhead_s)
         url = self._url(path)
         start = time.monotonic()
         attempts = 0
         while True:
             attempts += 1
-            ans = _transport.post(self._base, path, body, timeout)
+            ans = _transport.post(self._base, path, body, timeout, max_body=self.max_body)
             if ans.status == 200:
                 try:
                     return json.loads(ans.body)
@@ -263,6 +280,16 @@ def _timeout(t: Any) -> int:
     if isinstance(t, bool) or not isinstance(t, int):
         raise TypeError(f"timeout_s must be an int (whole seconds), not {type(t).__name__}")
     return t
+
+
+def _wait_s(timeout_s: Optional[int], default: int, maximum: int) -> int:
+    """The run's timeout_s as the client waits for it: the default's when
+    the request names none or one out of range. The service answers such a
+    request at once with a 400 the caller must read, and a wait computed from
+    it could be negative or too long for a timer."""
+    if timeout_s is None or not 1 <= timeout_s <= maximum:
+        return default
+    return timeout_s
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

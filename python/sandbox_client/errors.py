@@ -49,7 +49,9 @@ class SandboxRequestError(SandboxError):
 
     Retrying the same request will not help; fixing it will. The service's
     own message names the problem (a bad file path, a timeout out of range,
-    a body over 1 MiB, an image outside the allow list, ...).
+    a body over 1 MiB, an image outside the allow list, ...). A body over
+    the service's default limit of 1 MiB is refused this way before it is
+    sent, as the 413 the service would answer.
 
     Attributes:
         status: the HTTP status, 400 to 499.

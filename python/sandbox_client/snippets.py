@@ -45,7 +45,8 @@ def run_python(
             timed out, 5xx, a malformed answer, 503 past the retry budget).
             The code did not run in this process, and never does.
         SandboxRequestError: the service refused the request (4xx), e.g. a
-            file path or an output pattern outside the working directory.
+            file path or an output pattern outside the working directory, or
+            a body over 1 MiB (413, refused before it is sent).
         TypeError: an argument of the wrong type; nothing was sent.
     """
     c = client if client is not None else Client()

@@ -18,17 +18,18 @@ log = logging.getLogger("sandbox_client")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Values of TOOL_SANDBOX that switch sandboxing off. Anything else, a typo
-# included, keeps it on: the mistake that stays safe.
-_OFF = frozenset({"false", "0", "no", "off"})
+# The one value of TOOL_SANDBOX that switches sandboxing off, as the README
+# says it. Anything else keeps it on, "False", "0" or "off" included: a value
+# that only may have meant off runs no tool beside the agent's credentials.
+_OFF = "false"
 
 _warned_lock = threading.Lock()
 _warned = False
 
 
 def tool_sandbox_enabled() -> bool:
-    """False only when ``TOOL_SANDBOX`` is ``false`` (or 0, no, off, in any case)."""
-    return os.environ.get("TOOL_SANDBOX", "").strip().lower() not in _OFF
+    """False only when ``TOOL_SANDBOX`` is exactly ``false``."""
+    return os.environ.get("TOOL_SANDBOX") != _OFF
 
 
 def _warn_in_process_once() -> None:
@@ -37,9 +38,11 @@ def _warn_in_process_once() -> None:
         if _warned:
             return
         _warned = True
+    # _OFF is the only value that gets here, so the warning names what was set.
     log.warning(
-        "TOOL_SANDBOX=false: @sandboxed tool functions run in this process, next to its credentials, "
-        "not in a sandbox. Only do this if you trust every tool."
+        "TOOL_SANDBOX=%s: @sandboxed tool functions run in this process, next to its credentials, "
+        "not in a sandbox. Only do this if you trust every tool.",
+        _OFF,
     )
 
 

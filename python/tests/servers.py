@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -146,7 +147,8 @@ class RawServer:
     thread of its own, for answers no HTTP server would send: none at all, a
     trickle, garbage, a body cut short."""
 
-    def __init__(self, handle: Callable[[socket.socket, threading.Event], None]) -> None:
+    def __init__(self, handle: Callable[[socket.socket, threading.Event], None], read_body: bool = True) -> None:
+        self.read_body = read_body
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -173,7 +175,7 @@ class RawServer:
     def _serve(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(0.5)
-            self.received.append(read_request(conn))
+            self.received.append(read_request(conn, self.read_body))
             self._handle(conn, self.stopped)
         except OSError:
             pass  # the client gave up and closed: expected in these tests
@@ -190,12 +192,13 @@ class RawServer:
             t.join(timeout=5)
 
 
-def read_request(conn: socket.socket) -> bytes:
+def read_request(conn: socket.socket, read_body: bool = True) -> bytes:
     """The whole request, headers and body. A server that closes with part
     of the request unread makes the kernel answer with a reset instead of an
     orderly close, and the client then sees "connection reset" instead of the
     answer the test sends; one recv is not enough when the client writes the
-    body after the headers."""
+    body after the headers. With read_body false it stops after the headers,
+    for the tests that want that reset."""
     data = b""
     try:
         while b"\r\n\r\n" not in data:
@@ -203,6 +206,8 @@ def read_request(conn: socket.socket) -> bytes:
             if not chunk:
                 return data
             data += chunk
+        if not read_body:
+            return data
         head, _, body = data.partition(b"\r\n\r\n")
         m = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
         want = int(m.group(1)) if m else 0
@@ -215,6 +220,23 @@ def read_request(conn: socket.socket) -> bytes:
     except OSError:
         pass
     return data
+
+
+def refuse_unread(conn: socket.socket, stopped: threading.Event) -> None:
+    """Answer 413 before the body is read, and close: what the service does
+    with a body over its limit, so the client may see only the reset."""
+    body = b'{"error":"request body too large: the limit is 1048576 bytes"}'
+    conn.sendall(
+        b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\n"
+        b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    conn.close()
+
+
+def reset(conn: socket.socket, stopped: threading.Event) -> None:
+    """Read the request and close with a reset instead of an answer."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
 
 
 def hang(conn: socket.socket, stopped: threading.Event) -> None:

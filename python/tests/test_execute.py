@@ -127,6 +127,24 @@ class RunPythonTest(unittest.TestCase):
             run_python("print(1)", outputs=["../*"])
         self.assertIn("outputs[0]", cm.exception.message)
 
+    def test_timeout_out_of_range_is_the_callers_error(self) -> None:
+        for t in (-100, -45, -44, 0, 61, 10**20):
+            with self.subTest(t):
+                with self.assertRaises(SandboxRequestError) as cm:
+                    run_python("print(1)", timeout_s=t)
+                self.assertEqual(cm.exception.status, 400)
+                self.assertIn("timeout_s", cm.exception.message)
+
+    def test_body_at_the_limit_runs_and_one_byte_more_is_the_callers_error(self) -> None:
+        # The service's limit, serve's --max-body default: the client and the
+        # service must agree on which side of it a body is.
+        limit = 1 << 20
+        pad = len(json.dumps({"code": ""}, separators=(",", ":")))
+        self.assertEqual(run_python("#" * (limit - pad)).exit_code, 0)
+        with self.assertRaises(SandboxRequestError) as cm:
+            run_python("#" * (limit - pad + 1))
+        self.assertEqual(cm.exception.status, 413)
+
     def test_wrong_argument_types_raise_before_sending(self) -> None:
         with self.assertRaises(TypeError):
             run_python(b"print(1)")  # type: ignore[arg-type]
@@ -189,6 +207,35 @@ class HandleRunPythonTest(unittest.TestCase):
             with self.subTest(name):
                 text = handle_run_python(args, client=self.client)
                 self.assertTrue(text.startswith("error: "), text)
+                self.assertIn("nothing ran", text)
+
+    def test_body_over_the_limit_comes_back_as_text(self) -> None:
+        # The service answers 413 and closes while a large body is still
+        # being sent; the model must read that as a mistake to correct, not
+        # have the agent stop as if there were no sandbox.
+        for size in (1048577, 2 << 20, 5 << 20):
+            with self.subTest(size):
+                text = handle_run_python(
+                    {"code": "print(len(open('big.txt').read()))", "files": [{"path": "big.txt", "content": "x" * size}]},
+                    client=self.client,
+                )
+                self.assertTrue(text.startswith("error: "), text)
+                self.assertIn("nothing ran", text)
+                self.assertIn("too large", text)
+
+    def test_timeout_out_of_range_comes_back_as_text(self) -> None:
+        cases: Dict[str, Union[str, Dict[str, Any]]] = {
+            "-100": {"code": "print(1)", "timeout_s": -100},
+            "-45": {"code": "print(1)", "timeout_s": -45},
+            "10**20": {"code": "print(1)", "timeout_s": 10**20},
+            "1e999 in JSON": '{"code": "print(1)", "timeout_s": 1e999}',
+            "NaN in JSON": '{"code": "print(1)", "timeout_s": NaN}',
+        }
+        for name, args in cases.items():
+            with self.subTest(name):
+                text = handle_run_python(args, client=self.client)
+                self.assertTrue(text.startswith("error: "), text)
+                self.assertIn("timeout_s", text)
                 self.assertIn("nothing ran", text)
 
 

@@ -16,11 +16,16 @@ import time
 import unittest
 from typing import Callable, Dict, Optional
 from unittest import mock
+from urllib.parse import urlsplit
 
-from sandbox_client import Client, SandboxRequestError, SandboxUnavailable, run_python
+from sandbox_client import Client, SandboxRequestError, SandboxUnavailable, _transport, run_python
+from sandbox_client.client import CALL_DEFAULT_TIMEOUT_S, CALL_OVERHEAD_S
 
 from . import sample_tools
-from .servers import RawServer, Reply, Stub, hang, json_reply, refused_port
+from .servers import RawServer, Reply, Stub, hang, json_reply, refuse_unread, refused_port, reset
+
+# The service's limit on a request body: serve's --max-body default.
+MAX_BODY = 1 << 20
 
 # Clients with short limits, so that a hang costs the tests a second, not
 # the production 45 s: the run's timeout_s of 1 plus 0.3 s.
@@ -287,6 +292,90 @@ class RequestErrorTest(unittest.TestCase):
         self.assertEqual(len(srv.requests), 1)
         self.assertEqual(sample_tools.CALLS, [])
         self.assertEqual(json.loads(srv.requests[0][1])["image"], "evil:1")
+
+
+def code_for_body(size: int) -> str:
+    """Code whose run_python request body is size bytes."""
+    return "#" * (size - len(json.dumps({"code": ""}, separators=(",", ":"))))
+
+
+class BodyLimitTest(unittest.TestCase):
+    """A body over the service's limit is the caller's mistake, as the
+    service's 413 says, whether or not that 413 can be read: the service
+    closes the connection on a body it will not read, and the client, still
+    sending, may see only the reset."""
+
+    def setUp(self) -> None:
+        env = mock.patch.dict(os.environ, {"AGENT_IMAGE": "agent:1"})
+        env.start()
+        self.addCleanup(env.stop)
+        os.environ.pop("TOOL_SANDBOX", None)
+        sample_tools.CALLS.clear()
+
+    def test_body_over_the_limit_is_refused_before_sending(self) -> None:
+        srv = Stub(lambda path, body, n: json_reply(200, ok_for(path)))
+        self.addCleanup(srv.stop)
+        os.environ["SANDBOX_URL"] = srv.url
+        with self.assertRaises(SandboxRequestError) as cm:
+            run_python(code_for_body(MAX_BODY + 1))
+        self.assertEqual(cm.exception.status, 413)
+        self.assertIn(f"request body too large: {MAX_BODY + 1} bytes", cm.exception.message)
+        self.assertIn(f"the limit is {MAX_BODY} bytes", cm.exception.message)
+        with self.assertRaises(SandboxRequestError) as cm:
+            sample_tools.collect("x" * MAX_BODY)
+        self.assertEqual(cm.exception.status, 413)
+        self.assertEqual((srv.requests, sample_tools.CALLS), ([], []))
+        run_python(code_for_body(MAX_BODY))
+        self.assertEqual([len(b) for _, b in srv.requests], [MAX_BODY])
+
+    def test_reset_while_sending_is_413_only_for_a_body_over_the_limit(self) -> None:
+        srv = RawServer(refuse_unread, read_body=False)
+        self.addCleanup(srv.stop)
+        body = json.dumps({"code": "#" * (8 << 20)}).encode()  # more than the socket buffers hold
+        with self.assertRaises(SandboxRequestError) as cm:
+            _transport.post(urlsplit(srv.url), "/v1/execute", body, 5, max_body=MAX_BODY)
+        self.assertEqual(cm.exception.status, 413)
+        self.assertIn(f"over the {MAX_BODY}-byte limit", cm.exception.message)
+        with self.assertRaises(SandboxUnavailable) as cm2:
+            _transport.post(urlsplit(srv.url), "/v1/execute", body, 5, max_body=len(body))
+        self.assertRegex(cm2.exception.reason, "ConnectionResetError|BrokenPipeError")
+
+    def test_reset_on_a_small_body_is_unavailable(self) -> None:
+        srv = RawServer(reset)
+        self.addCleanup(srv.stop)
+        for call in (lambda: run_python("print(1)", client=Client(srv.url)),
+                     lambda: _transport.post(urlsplit(srv.url), "/v1/execute", b'{"code":"1"}', 5, max_body=MAX_BODY)):
+            with self.assertRaises(SandboxUnavailable) as cm:
+                call()
+            self.assertIn("ConnectionResetError", cm.exception.reason)
+
+
+class TimeoutRangeTest(unittest.TestCase):
+    """A timeout_s out of range goes to the service as it is, for its 400 to
+    say so; the client's own wait for that answer stays a sane one."""
+
+    def test_call_timeout_out_of_range_is_sent_as_is(self) -> None:
+        def reply(path: str, body: bytes, n: int) -> Reply:
+            t = json.loads(body)["timeout_s"]
+            if 1 <= t <= 120:
+                return json_reply(200, ok_for(path))
+            return json_reply(400, {"error": f"timeout_s {t} out of range: must be from 1 to 120 seconds"})
+
+        srv = Stub(reply)
+        self.addCleanup(srv.stop)
+        c = Client(srv.url)
+        wrong = [-100, -45, 0, 121, 10**20]
+        with mock.patch("sandbox_client._transport.post", wraps=_transport.post) as post:
+            for t in wrong:
+                with self.subTest(t):
+                    with self.assertRaises(SandboxRequestError) as cm:
+                        c.call("tests.sample_tools:add", [1, 2], image="agent:1", timeout_s=t)
+                    self.assertEqual(cm.exception.status, 400)
+                    self.assertIn("out of range", cm.exception.message)
+                    self.assertEqual(post.call_args.args[3], CALL_DEFAULT_TIMEOUT_S + CALL_OVERHEAD_S)
+            c.call("tests.sample_tools:add", [1, 2], image="agent:1", timeout_s=7)
+            self.assertEqual(post.call_args.args[3], 7 + CALL_OVERHEAD_S)
+        self.assertEqual([b["timeout_s"] for b in srv.bodies()], wrong + [7])
 
 
 if __name__ == "__main__":

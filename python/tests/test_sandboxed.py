@@ -187,7 +187,7 @@ class InProcessTest(unittest.TestCase):
         self.assertEqual(self.stub.requests, [])
 
     def test_it_needs_no_sandbox_url(self) -> None:
-        with mock.patch.dict(os.environ, {"TOOL_SANDBOX": "False"}):
+        with mock.patch.dict(os.environ, {"TOOL_SANDBOX": "false"}):
             os.environ.pop("SANDBOX_URL", None)
             with self.assertLogs("sandbox_client", level="WARNING"):
                 self.assertEqual(sample_tools.add(1, 1), 2)
@@ -199,6 +199,18 @@ class InProcessTest(unittest.TestCase):
                     with self.assertRaises(SandboxUnavailable):  # the stub's 500
                         sample_tools.add(1, 1)
         self.assertEqual(sample_tools.CALLS, [])
+
+    def test_only_false_itself_turns_the_sandbox_off(self) -> None:
+        # Failing closed: a value that may have meant "off" but is not the
+        # documented one keeps the tools away from the agent's credentials.
+        for value in ("False", "FALSE", " false", "false\n", "0", "no", "off", " OFF "):
+            with self.subTest(value):
+                with mock.patch.dict(os.environ, {"TOOL_SANDBOX": value, "SANDBOX_URL": self.stub.url, "AGENT_IMAGE": "a:1"}):
+                    self.assertTrue(tools.tool_sandbox_enabled())
+                    with self.assertRaises(SandboxUnavailable):  # the stub's 500
+                        sample_tools.add(1, 1)
+        self.assertEqual(sample_tools.CALLS, [])
+        self.assertFalse(tools._warned)
 
 
 if __name__ == "__main__":
