@@ -250,7 +250,8 @@ func decodeError(err error) error {
 		if typ.Field == "" {
 			return Errorf(http.StatusBadRequest, "the body must be a JSON object, not %s", typ.Value)
 		}
-		return Errorf(http.StatusBadRequest, "field %q: expected %s, got %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
+		// Field names no list item ("files.content"): the offset finds it.
+		return Errorf(http.StatusBadRequest, "field %q: expected %s, got %s (the value ending at byte offset %d)", typ.Field, jsonType(typ.Type.String()), typ.Value, typ.Offset)
 	}
 	// encoding/json reports unknown fields only as text.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {

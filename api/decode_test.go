@@ -101,6 +101,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"a lone high surrogate", `{"code":"x","files":[{"path":"a","content":"\ud800x"}]}`, `a lone surrogate \ud800 at byte offset 44`},
 		{"a lone low surrogate", `{"code":"print('\udcff')"}`, `a lone surrogate \udcff`},
 		{"a high surrogate before an escape", `{"code":"\ud83d\n"}`, `a lone surrogate \ud83d`},
+		{"a list item of the wrong type", `{"code":"x","files":[{"path":"a","content":""},{"path":"b","content":5}]}`, `field "files.content": expected a string, got number (the value ending at byte offset 70)`},
 		{"missing code", `{"timeout_s":5}`, "missing code"},
 		{"empty code", `{"code":""}`, "missing code"},
 		{"null body", `null`, "missing code"},
