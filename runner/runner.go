@@ -327,11 +327,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, http.StatusServiceUnavailable, "this runner has taken its job")
 		return
 	}
+	sealed := false
 	if s.guard != nil && !s.opts.UnsafeUnprovenReady {
-		if c, ok := s.guard.Wait(r.Context(), seal.ReadyWait); !ok {
+		c, ok := s.guard.Wait(r.Context(), seal.ReadyWait)
+		if !ok {
 			api.WriteError(w, http.StatusServiceUnavailable, notSealed(c))
 			return
 		}
+		sealed = true
 	}
 	switch {
 	case s.interp != nil && isClosed(s.interp.Lost()):
@@ -339,8 +342,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	case s.interp != nil && !isClosed(s.interp.Ready()):
 		api.WriteError(w, http.StatusServiceUnavailable, "python3 is starting")
 	default:
-		// python3's wait is marked by Run's loop when it hears of it, which
-		// may be after this probe saw it: python3 waited by now at the latest.
+		// The proof and python3's wait are marked where they are heard of,
+		// which may be after this probe saw them: they happened by now at
+		// the latest.
+		if sealed {
+			mark(&s.startup.sealed, time.Since(s.born))
+		}
 		if s.interp != nil {
 			mark(&s.startup.python, time.Since(s.born))
 		}
