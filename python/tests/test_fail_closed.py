@@ -218,9 +218,9 @@ class FailClosedTest(unittest.TestCase):
         self.assertEqual(sample_tools.CALLS, [])
 
 
-class RetryTest(unittest.TestCase):
-    """A 503 with Retry-After is the service saying it is busy and ran
-    nothing: it is retried within the budget."""
+class AgentEnvTest(unittest.TestCase):
+    """A test against a stub service, with an agent image set, sandboxing
+    on, and no tool calls recorded; the environment is restored after."""
 
     def setUp(self) -> None:
         env = mock.patch.dict(os.environ, {"AGENT_IMAGE": "agent:1"})
@@ -228,6 +228,11 @@ class RetryTest(unittest.TestCase):
         self.addCleanup(env.stop)
         os.environ.pop("TOOL_SANDBOX", None)
         sample_tools.CALLS.clear()
+
+
+class RetryTest(AgentEnvTest):
+    """A 503 with Retry-After is the service saying it is busy and ran
+    nothing: it is retried within the budget."""
 
     def busy_once(self, retry_after: str) -> Stub:
         def reply(path: str, body: bytes, n: int) -> Reply:
@@ -299,18 +304,11 @@ def code_for_body(size: int) -> str:
     return "#" * (size - len(json.dumps({"code": ""}, separators=(",", ":"))))
 
 
-class BodyLimitTest(unittest.TestCase):
+class BodyLimitTest(AgentEnvTest):
     """A body over the service's limit is the caller's mistake, as the
     service's 413 says, whether or not that 413 can be read: the service
     closes the connection on a body it will not read, and the client, still
     sending, may see only the reset."""
-
-    def setUp(self) -> None:
-        env = mock.patch.dict(os.environ, {"AGENT_IMAGE": "agent:1"})
-        env.start()
-        self.addCleanup(env.stop)
-        os.environ.pop("TOOL_SANDBOX", None)
-        sample_tools.CALLS.clear()
 
     def test_body_over_the_limit_is_refused_before_sending(self) -> None:
         srv = Stub(lambda path, body, n: json_reply(200, ok_for(path)))
