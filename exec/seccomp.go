@@ -11,11 +11,11 @@ import (
 // keyrings (add_key, request_key, keyctl): a key a run adds to its uid's
 // keyring outlives the run, in kernel memory until reboot, where a later
 // run could read it if its mode allowed, and every run's new uid would
-// leave some behind. And a new user namespace. Inside one, an unprivileged process holds every capability over
-// namespaces it then creates (mounts of its own, a network of its own), a
-// kernel surface much larger than a run needs and where most local privilege
-// escalations of recent years were found. Pods get the same from the
-// runtime's default seccomp profile.
+// leave some behind. And a new user namespace: inside one, an unprivileged
+// process holds every capability over namespaces it then creates (mounts of
+// its own, a network of its own), a kernel surface much larger than a run
+// needs and where most local privilege escalations of recent years were
+// found. Pods get both from the runtime's default seccomp profile.
 //
 // The alternative, a user namespace per run with user.max_user_namespaces
 // set to 0 inside it, needs a user namespace we would not otherwise make

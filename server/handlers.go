@@ -45,7 +45,7 @@ func (s *Server) routes() http.Handler {
 		for _, m := range rt.methods {
 			if r.Method == m {
 				if err := checkPost(r); err != nil {
-					api.WriteError(w, err.Status, err.Msg)
+					err.Write(w)
 					return
 				}
 				rt.handler(w, r)
