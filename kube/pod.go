@@ -279,7 +279,26 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{host}}
 		pod.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: seal.UnprivilegedPortSysctl, Value: seal.UnprivilegedPortStart}}
 	}
+	closeICMP(pod, o.Unsafe)
 	return placed(pod, o.RuntimeClass, o.Owner)
+}
+
+// closeICMP leaves no process of the pod able to open an ICMP socket (see
+// seal.PingGroupSysctl) and has its runner prove, with the rest of its
+// seal, that an echo to the pod's node goes unanswered: an address that
+// answers echo wherever the path is open. The weakening AllowICMP keeps the
+// runtime's range and leaves the echo out of the proof.
+func closeICMP(pod *corev1.Pod, w weaken.Set) {
+	if w.Has(weaken.AllowICMP) {
+		return
+	}
+	sc := pod.Spec.SecurityContext
+	sc.Sysctls = append(sc.Sysctls, corev1.Sysctl{Name: seal.PingGroupSysctl, Value: seal.PingGroupNone})
+	c := &pod.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: seal.NodeIPEnv,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}})
+	// The kubelet expands $(NAME) from the container's own variables.
+	c.Args = append(c.Args, "--seal-icmp", "$("+seal.NodeIPEnv+")")
 }
 
 // identity is who a sandbox pod's processes are, and whether it gets a

@@ -114,7 +114,7 @@ func TestSnippetPodPosture(t *testing.T) {
 	if c.ImagePullPolicy != corev1.PullIfNotPresent || c.Image != "sandbox:dev" {
 		fail("image %s pull %s", c.Image, c.ImagePullPolicy)
 	}
-	if got := strings.Join(c.Args, " "); got != "run --listen :8080 --workdir /work --resolver 127.0.0.1:53" {
+	if got := strings.Join(c.Args, " "); got != "run --listen :8080 --workdir /work --resolver 127.0.0.1:53 --seal-icmp $(SANDBOX_NODE_IP)" {
 		fail("args %q", got)
 	}
 	rp := c.ReadinessProbe
@@ -128,8 +128,8 @@ func TestSnippetPodPosture(t *testing.T) {
 			rp.InitialDelaySeconds, rp.TimeoutSeconds, seal.ReadyWait)
 	}
 	for _, sc := range psc.Sysctls {
-		if sc.Name != seal.UnprivilegedPortSysctl {
-			fail("sysctl %s: only the safe %s is expected", sc.Name, seal.UnprivilegedPortSysctl)
+		if sc.Name != seal.UnprivilegedPortSysctl && sc.Name != seal.PingGroupSysctl {
+			fail("sysctl %s: only the safe %s and %s are expected", sc.Name, seal.UnprivilegedPortSysctl, seal.PingGroupSysctl)
 		}
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != RunnerPortName || c.Ports[0].ContainerPort != DefaultRunnerPort {
@@ -188,9 +188,9 @@ func TestSnippetPodDNS(t *testing.T) {
 		mode, label string
 		args        string
 	}{
-		{"", DNSSealed, "--seal-probe 10.96.0.1:443 --seal-dns 10.96.0.10:53 --seal-dns-name kubernetes.default.svc.k8s.example. --resolver 127.0.0.1:53"},
-		{DNSSealed, DNSSealed, "--seal-probe 10.96.0.1:443 --seal-dns 10.96.0.10:53 --seal-dns-name kubernetes.default.svc.k8s.example. --resolver 127.0.0.1:53"},
-		{DNSCluster, DNSCluster, "--seal-probe 10.96.0.1:443"},
+		{"", DNSSealed, "--seal-probe 10.96.0.1:443 --seal-dns 10.96.0.10:53 --seal-dns-name kubernetes.default.svc.k8s.example. --resolver 127.0.0.1:53 --seal-icmp $(SANDBOX_NODE_IP)"},
+		{DNSSealed, DNSSealed, "--seal-probe 10.96.0.1:443 --seal-dns 10.96.0.10:53 --seal-dns-name kubernetes.default.svc.k8s.example. --resolver 127.0.0.1:53 --seal-icmp $(SANDBOX_NODE_IP)"},
+		{DNSCluster, DNSCluster, "--seal-probe 10.96.0.1:443 --seal-icmp $(SANDBOX_NODE_IP)"},
 	} {
 		t.Run(tc.label+"/"+tc.mode, func(t *testing.T) {
 			pod := testPod(PodOptions{DNS: tc.mode, Seal: so})
@@ -202,7 +202,7 @@ func TestSnippetPodDNS(t *testing.T) {
 			if pod.Labels[LabelDNS] != tc.label {
 				t.Errorf("label %s=%q, want %q", LabelDNS, pod.Labels[LabelDNS], tc.label)
 			}
-			sysctls := s.SecurityContext.Sysctls
+			sysctls := slices.DeleteFunc(slices.Clone(s.SecurityContext.Sysctls), func(c corev1.Sysctl) bool { return c.Name == seal.PingGroupSysctl })
 			if tc.label == DNSCluster {
 				if s.DNSPolicy != "" || s.DNSConfig != nil || len(sysctls) != 0 {
 					t.Errorf("cluster mode: dnsPolicy %q, dnsConfig %+v, sysctls %v", s.DNSPolicy, s.DNSConfig, sysctls)
@@ -317,7 +317,8 @@ func TestSnippetPodUnsafeForVerify(t *testing.T) {
 	if *pod.Spec.SecurityContext.RunAsUser != 0 || *sc.RunAsUser != 0 || *sc.RunAsNonRoot || !*pod.Spec.AutomountServiceAccountToken {
 		t.Errorf("root-token pod: uid %d nonRoot %v token %v", *sc.RunAsUser, *sc.RunAsNonRoot, *pod.Spec.AutomountServiceAccountToken)
 	}
-	want := []string{"run", "--listen", ":8081", "--workdir", Workdir, "--resolver", seal.ResolverAddr, "--unsafe", "kill-leader-only"}
+	want := []string{"run", "--listen", ":8081", "--workdir", Workdir, "--resolver", seal.ResolverAddr, "--unsafe", "kill-leader-only",
+		"--seal-icmp", "$(" + seal.NodeIPEnv + ")"}
 	if args := pod.Spec.Containers[0].Args; !slices.Equal(args, want) {
 		t.Errorf("args %q, want %q", args, want)
 	}
@@ -390,5 +391,43 @@ func TestPoolSelectorTellsIncarnationsApart(t *testing.T) {
 	}
 	if _, ok := testPod(PodOptions{Owner: Owner{Name: "laptop"}}).Labels[LabelIncarnation]; ok {
 		t.Error("incarnation label set without an incarnation")
+	}
+}
+
+// TestICMPClosed: both kinds of sandbox pod leave no process able to open
+// an ICMP socket (the empty ping_group_range) and have their runner prove
+// an echo to their node unanswered; the weakening AllowICMP leaves both
+// out, and nothing else.
+func TestICMPClosed(t *testing.T) {
+	allow, err := weaken.Parse([]string{string(weaken.AllowICMP)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		pod  func(weaken.Set) *corev1.Pod
+	}{
+		{"snippet", func(w weaken.Set) *corev1.Pod { return testPod(PodOptions{Unsafe: w}) }},
+		{"tool", func(w weaken.Set) *corev1.Pod {
+			return ToolPod(ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1", Unsafe: w}, "t", 123456)
+		}},
+	} {
+		for _, open := range []bool{false, true} {
+			w := weaken.Set{}
+			if open {
+				w = allow
+			}
+			pod := tc.pod(w)
+			c := pod.Spec.Containers[0]
+			ping := slices.Contains(pod.Spec.SecurityContext.Sysctls, corev1.Sysctl{Name: seal.PingGroupSysctl, Value: seal.PingGroupNone})
+			env := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+				return e.Name == seal.NodeIPEnv && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP"
+			})
+			proof := strings.HasSuffix(strings.Join(c.Args, " "), "--seal-icmp $("+seal.NodeIPEnv+")")
+			if ping == open || env == open || proof == open {
+				t.Errorf("%s pod, allow-icmp %v: ping_group_range closed %v, node address given %v, echo proven %v (args %q)",
+					tc.name, open, ping, env, proof, c.Args)
+			}
+		}
 	}
 }

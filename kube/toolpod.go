@@ -179,6 +179,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 			},
 		},
 	}
+	closeICMP(pod, o.Unsafe)
 	return placed(pod, o.RuntimeClass, o.Owner)
 }
 

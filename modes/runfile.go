@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"time"
 
@@ -38,6 +39,7 @@ type RunCmd struct {
 
 	SealProbe   []string `name:"seal-probe" sep:"," env:"SANDBOX_SEAL_PROBE" placeholder:"HOST:PORT" help:"Addresses the pod must not reach over TCP: the runner is Ready, and takes its job, only while it has proven each refused or silent (default: the API server's Service address from KUBERNETES_SERVICE_HOST/PORT, inside a cluster)."`
 	SealDNS     []string `name:"seal-dns" sep:"," env:"SANDBOX_SEAL_DNS" placeholder:"HOST:PORT" help:"Resolvers that must not answer the pod (the cluster DNS, for a sealed pod): part of the same proof."`
+	SealICMP    []string `name:"seal-icmp" sep:"," env:"SANDBOX_SEAL_ICMP" placeholder:"ADDR" help:"Addresses an ICMP echo must go unanswered to (the pod's node): part of the same proof. The pod's empty ping_group_range refuses the socket itself."`
 	SealDNSName string   `name:"seal-dns-name" default:"${seal_dns_name}" help:"The name --seal-dns resolvers are asked: one they answer themselves, at once."`
 	Resolver    string   `name:"resolver" env:"SANDBOX_RESOLVER" placeholder:"HOST:PORT" help:"Answer DNS here, every name NXDOMAIN but localhost, nothing forwarded (${resolver_addr} in a sealed pod, whose resolv.conf names it)."`
 
@@ -72,6 +74,11 @@ func (c *RunCmd) Validate() error {
 	for _, a := range append(append([]string(nil), c.SealProbe...), c.SealDNS...) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("--seal-probe/--seal-dns %q: %w", a, err)
+		}
+	}
+	for _, a := range c.SealICMP {
+		if _, err := netip.ParseAddr(a); err != nil {
+			return fmt.Errorf("--seal-icmp %q: %w", a, err)
 		}
 	}
 	return nil
@@ -115,6 +122,9 @@ func (c *RunCmd) sealTargets() []seal.Target {
 	}
 	for _, a := range c.SealDNS {
 		ts = append(ts, seal.Target{Kind: seal.DNS, Addr: a, Name: c.SealDNSName})
+	}
+	for _, a := range c.SealICMP {
+		ts = append(ts, seal.Target{Kind: seal.ICMP, Addr: a})
 	}
 	return ts
 }

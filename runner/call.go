@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/exec"
 )
 
@@ -109,15 +110,16 @@ func readOutcome(path string, out *api.CallResult) {
 // the runner's, which in a tool pod is the image's ENV, less what the
 // kubelet adds to every container. KUBERNETES_SERVICE_HOST and friends are
 // injected even with service links off; they name the API server, which a
-// tool has no business finding. HOME is set to /tmp when the image sets
-// none: the pod's random uid has no passwd entry, and /tmp is the writable
-// scratch.
+// tool has no business finding; seal.NodeIPEnv is the runner's own. HOME
+// is set to /tmp when the image sets none: the pod's random uid has no
+// passwd entry, and /tmp is the writable scratch. The runtime then sets
+// HOME=/ itself, which is taken as none (the root is read-only anyway).
 func ToolEnv(environ []string) []string {
 	var out []string
 	home := false
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "KUBERNETES_") {
+		if strings.HasPrefix(k, "KUBERNETES_") || k == seal.NodeIPEnv || kv == "HOME=/" {
 			continue
 		}
 		home = home || k == "HOME"

@@ -156,6 +156,11 @@ func TestToolEnvSetsHome(t *testing.T) {
 	if env := ToolEnv([]string{"HOME=/home/agent"}); strings.Join(env, " ") != "HOME=/home/agent" {
 		t.Errorf("ToolEnv kept no image HOME: %v", env)
 	}
+	// What the runtime sets where the image has no HOME, and the runner's
+	// own variable from the downward API.
+	if env := ToolEnv([]string{"HOME=/", "SANDBOX_NODE_IP=172.18.0.2", "PATH=/bin"}); strings.Join(env, " ") != "PATH=/bin HOME=/tmp" {
+		t.Errorf("ToolEnv with the runtime's HOME=/: %v", env)
+	}
 }
 
 func TestCallServer(t *testing.T) {

@@ -63,12 +63,15 @@ const (
 	// DNS: an A query over UDP for Name; any reply, whatever its code,
 	// means the path is open.
 	DNS Kind = "dns"
+	// ICMP: an echo request to Addr (an address, no port); the echo
+	// answered means the path is open.
+	ICMP Kind = "icmp"
 )
 
 // Target is one address the pod must not reach.
 type Target struct {
 	Kind Kind
-	Addr string // host:port
+	Addr string // host:port; the address alone for ICMP
 	Name string // DNS only; "" asks ProbeName
 }
 
@@ -115,6 +118,9 @@ type Prover struct {
 	Bound time.Duration
 	// Dial connects for TCP targets (tests swap it); nil dials for real.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ListenICMP opens ICMP targets' sockets (tests swap it); nil opens
+	// real ones.
+	ListenICMP ListenICMP
 }
 
 // Check probes every target at once and says whether all were cut.
@@ -149,6 +155,8 @@ func (p Prover) probe(ctx context.Context, t Target) Outcome {
 		o = p.probeTCP(ctx, t)
 	case DNS:
 		o = p.probeDNS(ctx, t)
+	case ICMP:
+		o = p.probeICMP(ctx, t)
 	default:
 		o = Outcome{What: fmt.Sprintf("unknown kind %q", t.Kind)}
 	}

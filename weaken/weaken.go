@@ -39,6 +39,11 @@ const (
 	// gone, pods then run snippets on an open network, and verify's network
 	// checks must fail. serve hands it to the pods' runner.
 	UnprovenReady Name = "unproven-ready"
+	// AllowICMP keeps the container runtime's ping_group_range in snippet
+	// and tool pods (every group may open an ICMP echo socket) and leaves
+	// the echo out of their runner's proof: network/icmp and toolcalls/icmp
+	// must fail where the engine passes echo, as kube-router does.
+	AllowICMP Name = "allow-icmp"
 )
 
 // all is the closed set, in the order help and errors list it; runner says
@@ -52,6 +57,7 @@ var all = []struct {
 	{NeverReady, false},
 	{ToolRootToken, false},
 	{UnprovenReady, true},
+	{AllowICMP, false},
 }
 
 // Set is the weakenings in force; the zero Set is a safe deployment.
