@@ -23,6 +23,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -69,6 +70,9 @@ type Options struct {
 	// ToolImages is the allow list of tool-call images; empty leaves
 	// /v1/call off.
 	ToolImages []string
+	// ToolEgressDeny are prefixes of the cluster's machines no API object
+	// lists, which serve keeps out of tool pods' internet too.
+	ToolEgressDeny []string
 	// NoToolInternet leaves tool pods DNS only (the default gives them the
 	// internet, never private ranges).
 	NoToolInternet bool
@@ -120,6 +124,9 @@ func (o *Options) defaults() error {
 	}
 	if err := api.ValidateImagePatterns(o.ToolImages); err != nil {
 		return err
+	}
+	if _, err := kube.ParsePrefixes(o.ToolEgressDeny); err != nil {
+		return fmt.Errorf("tool egress deny: %w", err)
 	}
 	if o.SnippetDNS == "" {
 		o.SnippetDNS = kube.DefaultDNS
@@ -214,6 +221,15 @@ func resources() ([]string, error) {
 	return k.Resources, nil
 }
 
+// fillSubjects points service-account subjects at o's namespace.
+func fillSubjects(subjects []rbacv1.Subject, o Options) {
+	for i := range subjects {
+		if subjects[i].Kind == rbacv1.ServiceAccountKind {
+			subjects[i].Namespace = o.Namespace
+		}
+	}
+}
+
 // fill writes o's values into obj.
 func fill(obj runtime.Object, o Options) error {
 	switch x := obj.(type) {
@@ -221,12 +237,21 @@ func fill(obj runtime.Object, o Options) error {
 		x.Name = o.Namespace
 		return nil
 	case *rbacv1.RoleBinding:
-		x.Namespace = o.Namespace
-		for i := range x.Subjects {
-			if x.Subjects[i].Kind == rbacv1.ServiceAccountKind {
-				x.Subjects[i].Namespace = o.Namespace
-			}
+		if x.Namespace == metav1.NamespaceDefault {
+			// Grants in default (the API server's endpoints) stay there,
+			// named for the installation.
+			x.Name = o.Namespace + "-apiserver-endpoints"
+			x.RoleRef.Name = x.Name
+		} else {
+			x.Namespace = o.Namespace
 		}
+		fillSubjects(x.Subjects, o)
+		return nil
+	case *rbacv1.ClusterRoleBinding:
+		x.Name = o.Namespace + "-read-nodes"
+		fillSubjects(x.Subjects, o)
+		return nil
+	case *rbacv1.ClusterRole:
 		return nil
 	case *appsv1.Deployment:
 		x.Namespace = o.Namespace
@@ -243,6 +268,10 @@ func fill(obj runtime.Object, o Options) error {
 	case *corev1.ServiceAccount:
 		x.Namespace = o.Namespace
 	case *rbacv1.Role:
+		if x.Namespace == metav1.NamespaceDefault {
+			x.Name = o.Namespace + "-apiserver-endpoints"
+			return nil
+		}
 		x.Namespace = o.Namespace
 	case *corev1.Service:
 		x.Namespace = o.Namespace
@@ -269,6 +298,7 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 			"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
 			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ","),
 			"SANDBOX_TOOL_INTERNET_EGRESS": strconv.FormatBool(!o.NoToolInternet),
+			"SANDBOX_TOOL_EGRESS_DENY":     strings.Join(o.ToolEgressDeny, ","),
 			"SANDBOX_SNIPPET_DNS":          o.SnippetDNS,
 		}
 		if o.ToolReadyTimeout > 0 {

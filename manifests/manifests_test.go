@@ -54,10 +54,12 @@ func TestKinds(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{
+		"ClusterRole/sandbox-read-nodes", "ClusterRoleBinding/sandbox-read-nodes",
 		"Deployment/sandbox", "Namespace/sandbox",
 		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-runner-dns", "NetworkPolicy/sandbox-serve",
 		"NetworkPolicy/sandbox-tool", "NetworkPolicy/sandbox-tool-internet",
-		"PodDisruptionBudget/sandbox", "Role/sandbox", "RoleBinding/sandbox", "Service/sandbox", "ServiceAccount/sandbox",
+		"PodDisruptionBudget/sandbox", "Role/sandbox", "Role/sandbox-apiserver-endpoints",
+		"RoleBinding/sandbox", "RoleBinding/sandbox-apiserver-endpoints", "Service/sandbox", "ServiceAccount/sandbox",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("kinds\n got %v\nwant %v", got, want)
@@ -134,9 +136,40 @@ func TestOptionsApply(t *testing.T) {
 	if _, ok := m["Namespace/sb"]; !ok {
 		t.Fatal("no Namespace sb")
 	}
+	// The API server's endpoints are read in default, the nodes cluster-wide;
+	// each grant is named for the installation.
+	elsewhere := map[string]string{"ClusterRole/sandbox-read-nodes": "", "ClusterRoleBinding/sb-read-nodes": "",
+		"Role/sb-apiserver-endpoints": "default", "RoleBinding/sb-apiserver-endpoints": "default"}
 	for k, obj := range m {
-		if ns := obj.(interface{ GetNamespace() string }).GetNamespace(); !strings.HasPrefix(k, "Namespace/") && ns != "sb" {
-			t.Errorf("%s in namespace %q", k, ns)
+		want, ok := elsewhere[k]
+		if !ok && !strings.HasPrefix(k, "Namespace/") {
+			want = "sb"
+		} else if !ok {
+			continue
+		}
+		delete(elsewhere, k)
+		if ns := obj.(interface{ GetNamespace() string }).GetNamespace(); ns != want {
+			t.Errorf("%s in namespace %q, want %q", k, ns, want)
+		}
+	}
+	if len(elsewhere) > 0 {
+		t.Errorf("missing %v", elsewhere)
+	}
+	for _, k := range []string{"ClusterRoleBinding/sb-read-nodes", "RoleBinding/sb-apiserver-endpoints"} {
+		if b, ok := m[k].(interface{ GetName() string }); ok {
+			var subs []rbacv1.Subject
+			switch x := b.(type) {
+			case *rbacv1.ClusterRoleBinding:
+				subs = x.Subjects
+			case *rbacv1.RoleBinding:
+				subs = x.Subjects
+				if x.RoleRef.Name != "sb-apiserver-endpoints" {
+					t.Errorf("%s binds %s", k, x.RoleRef.Name)
+				}
+			}
+			if len(subs) != 1 || subs[0].Namespace != "sb" {
+				t.Errorf("%s subjects %+v", k, subs)
+			}
 		}
 	}
 	rb := m["RoleBinding/sandbox"].(*rbacv1.RoleBinding)
@@ -187,21 +220,44 @@ func TestNamespaceEnforcesRestricted(t *testing.T) {
 	}
 }
 
-// TestRoleIsLeastPrivilege: pods create/get/list/watch/delete/patch, nothing
-// else -- no exec, no secrets, no wildcards.
+// TestRoleIsLeastPrivilege: pods create/get/list/watch/delete/patch; the
+// tool pods' internet policy by name, to keep its excepts; the nodes and
+// the API server's endpoints read only; nothing else -- no exec, no secrets,
+// no wildcards, no other policy.
 func TestRoleIsLeastPrivilege(t *testing.T) {
 	m := mustObjects(t, Options{})
-	role := m["Role/sandbox"].(*rbacv1.Role)
-	if len(role.Rules) != 1 {
-		t.Fatalf("%d rules, want 1", len(role.Rules))
+	type rule struct{ group, resource, names, verbs string }
+	flat := func(rs []rbacv1.PolicyRule) []rule {
+		var out []rule
+		for _, r := range rs {
+			verbs := slices.Clone(r.Verbs)
+			sort.Strings(verbs)
+			if len(r.NonResourceURLs) != 0 {
+				t.Errorf("non-resource rule %+v", r)
+			}
+			out = append(out, rule{strings.Join(r.APIGroups, ","), strings.Join(r.Resources, ","), strings.Join(r.ResourceNames, ","), strings.Join(verbs, ",")})
+		}
+		return out
 	}
-	r := role.Rules[0]
-	verbs := slices.Clone(r.Verbs)
-	sort.Strings(verbs)
-	if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"pods"}) ||
-		!slices.Equal(verbs, []string{"create", "delete", "get", "list", "patch", "watch"}) ||
-		len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
-		t.Fatalf("rule %+v", r)
+	for _, tc := range []struct {
+		key  string
+		want []rule
+	}{
+		{"Role/sandbox", []rule{{"", "pods", "", "create,delete,get,list,patch,watch"},
+			{"networking.k8s.io", "networkpolicies", "sandbox-tool-internet", "get,list,update,watch"}}},
+		{"Role/sandbox-apiserver-endpoints", []rule{{"discovery.k8s.io", "endpointslices", "", "get,list,watch"}}},
+		{"ClusterRole/sandbox-read-nodes", []rule{{"", "nodes", "", "get,list,watch"}}},
+	} {
+		var got []rule
+		switch x := m[tc.key].(type) {
+		case *rbacv1.Role:
+			got = flat(x.Rules)
+		case *rbacv1.ClusterRole:
+			got = flat(x.Rules)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s rules\n got %+v\nwant %+v", tc.key, got, tc.want)
+		}
 	}
 	rb := m["RoleBinding/sandbox"].(*rbacv1.RoleBinding)
 	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != "sandbox" || len(rb.Subjects) != 1 ||
@@ -209,7 +265,7 @@ func TestRoleIsLeastPrivilege(t *testing.T) {
 		t.Fatalf("binding %+v", rb)
 	}
 	for k := range m {
-		if strings.HasPrefix(k, "ClusterRole") {
+		if strings.HasPrefix(k, "ClusterRole") && !strings.HasSuffix(k, "/sandbox-read-nodes") {
 			t.Errorf("cluster-wide RBAC: %s", k)
 		}
 	}

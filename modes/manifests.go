@@ -20,6 +20,7 @@ type ManifestsCmd struct {
 	ToolImages       []string      `name:"tool-images" sep:"," placeholder:"IMAGE" help:"Images tool calls (POST /v1/call) may run: exact, or prefixes ending in / or *. Empty: /v1/call is off."`
 	ToolReadyTimeout time.Duration `name:"tool-ready-timeout" help:"How long a tool call waits for its pod to be Ready (default ${tool_ready_timeout})."`
 	ToolInternet     bool          `name:"tool-internet-egress" default:"true" negatable:"" help:"Tool pods may reach the internet, never private ranges or metadata (--no-tool-internet-egress: DNS only)."`
+	ToolEgressDeny   []string      `name:"tool-egress-deny" sep:"," placeholder:"CIDR" help:"Prefixes of your machines that no API object lists (a node's public address on another interface), kept out of tool pods' internet with every node's and API server endpoint's address."`
 	SnippetDNS       string        `name:"snippet-dns" enum:"${snippet_dns_modes}" default:"${snippet_dns}" help:"DNS of snippet pods (SANDBOX_SNIPPET_DNS): sealed answers every lookup inside the pod and lets nothing out; cluster uses the cluster DNS, which forwards outside names upstream."`
 }
 
@@ -35,6 +36,7 @@ func (c *ManifestsCmd) Run(d *Deps) error {
 		APIServerCIDRs:   c.APIServerCIDRs,
 		ToolImages:       c.ToolImages,
 		NoToolInternet:   !c.ToolInternet,
+		ToolEgressDeny:   c.ToolEgressDeny,
 		ToolReadyTimeout: c.ToolReadyTimeout,
 		SnippetDNS:       c.SnippetDNS,
 	})

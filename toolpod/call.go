@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,14 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error
 
 	o := c.opts.Pod
 	o.Image = call.Image
+	if f := c.opts.Fence; f != nil && o.Internet {
+		if err := f.Check(); err != nil {
+			return api.CallResult{}, &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5 * time.Second,
+				Msg: "tool pods' egress is not fenced off the cluster's own addresses yet: " + err.Error()}
+		}
+		// The pod's runner proves some of them cut too before it is Ready.
+		o.Seal.Probes = append(slices.Clone(o.Seal.Probes), f.SealProbes()...)
+	}
 	// The readiness deadline covers every attempt at a pod.
 	wctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
 	defer cancel()

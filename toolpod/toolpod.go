@@ -52,6 +52,9 @@ type Options struct {
 	Namespace string
 	// Pod is the template's variable part; Image is set per call.
 	Pod kube.ToolPodOptions
+	// Fence, with internet egress, keeps the nodes and the API server out
+	// of the tool pods' internet; calls wait for it (nil: no fence).
+	Fence *Fence
 	// ReadyTimeout bounds the wait for a pod to be Ready (0: kube.ToolReadyTimeout).
 	ReadyTimeout time.Duration
 	// MaxConcurrent bounds the calls in flight (0: DefaultMaxConcurrent).
