@@ -249,7 +249,31 @@ def attempt_http(t, timeout):
     return r
 
 
-ATTEMPT = {"http": attempt_http, "tcp": attempt_tcp, "dns-udp": attempt_dns_udp, "dns-tcp": attempt_dns_tcp,
+def attempt_icmp(t, timeout):
+    """One echo request through an unprivileged ICMP socket (no capability
+    needed where the network namespace's ping_group_range admits the
+    process's group), carrying a random payload; the reply must carry it
+    back. Refused at socket(): the pod's own range closes ICMP."""
+    v6 = ":" in t["host"]
+    fam, proto, req, rep = ((socket.AF_INET6, socket.IPPROTO_ICMPV6, 128, 129) if v6
+                            else (socket.AF_INET, socket.IPPROTO_ICMP, 8, 0))
+    payload = os.urandom(16)
+    s = socket.socket(fam, socket.SOCK_DGRAM, proto)
+    try:
+        s.settimeout(timeout)
+        # The kernel fills the identifier and the checksum of a ping socket.
+        s.sendto(struct.pack(">BBHHH", req, 0, 0, 0, 1) + payload, (t["host"], 0))
+        end = time.monotonic() + timeout
+        while True:
+            s.settimeout(max(0.01, end - time.monotonic()))
+            data = s.recv(2048)
+            if len(data) >= 8 and data[0] == rep and data[8:] == payload:
+                return {"reached": True, "answered": True, "detail": "echo answered with its payload"}
+    finally:
+        s.close()
+
+
+ATTEMPT = {"http": attempt_http, "icmp": attempt_icmp, "tcp": attempt_tcp, "dns-udp": attempt_dns_udp, "dns-tcp": attempt_dns_tcp,
            "resolve": attempt_resolve}
 SELF = own_ips()
 RESOLVERS = resolvers()

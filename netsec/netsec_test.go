@@ -178,3 +178,40 @@ func TestParseRejects(t *testing.T) {
 		t.Fatalf("good answer: %+v, %v", rep, err)
 	}
 }
+
+// TestProbeICMP runs the probe's echo in network namespaces of its own
+// (unshare, as root), the kernel deciding: with the range a container
+// runtime opens to every group the echo to loopback comes back with its
+// payload; with the sandbox pods' empty range the socket is refused and
+// nothing is reached.
+func TestProbeICMP(t *testing.T) {
+	py := python(t)
+	unshare, err := osexec.LookPath("unshare")
+	if err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and unshare for network namespaces of its own")
+	}
+	targets := []Target{{Name: "echo", Kind: ICMP, Host: "127.0.0.1", DeadlineS: 1}}
+	for _, tc := range []struct {
+		rng     string
+		reached bool
+	}{{"0 2147483647", true}, {"1 0", false}} {
+		sh := fmt.Sprintf("echo %q > /proc/sys/net/ipv4/ping_group_range && python3 -c 'import fcntl,socket,struct; s=socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack(\"16sh\", b\"lo\", 1))' && exec %s -", tc.rng, py)
+		probe := osexec.Command(unshare, "--net", "sh", "-c", sh)
+		probe.Stdin = strings.NewReader(Script(targets))
+		out, err := probe.Output()
+		if err != nil {
+			t.Fatalf("range %q: probe: %v: %s", tc.rng, err, out)
+		}
+		rep, err := Parse(string(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := rep.Outcomes["echo"]
+		if ControlOK(targets[0], o) != tc.reached || o.Reached != tc.reached {
+			t.Errorf("range %q: %s, want reached %v", tc.rng, o.Describe(), tc.reached)
+		}
+		if !tc.reached && !strings.Contains(o.Error, "PermissionError") {
+			t.Errorf("range %q: error %q, want the socket refused", tc.rng, o.Error)
+		}
+	}
+}

@@ -35,6 +35,9 @@ const (
 	// (getaddrinfo), as any program in it would; Token, when set, must be
 	// among the addresses for the answer to count as the canary zone's.
 	Resolve Kind = "resolve"
+	// ICMP sends an echo request with a random payload through an
+	// unprivileged ICMP socket (Port unused); a reach is the payload echoed.
+	ICMP Kind = "icmp"
 )
 
 // Gateway6 as a Target's Host means the probing pod's IPv6 default gateway
@@ -65,8 +68,11 @@ type Target struct {
 	IntervalS float64 `json:"interval_s,omitempty"`
 }
 
-// Addr is host:port for evidence.
+// Addr is host:port for evidence (the host alone for ICMP).
 func (t Target) Addr() string {
+	if t.Kind == ICMP {
+		return t.Host
+	}
 	if strings.Contains(t.Host, ":") {
 		return fmt.Sprintf("[%s]:%d", t.Host, t.Port)
 	}

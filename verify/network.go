@@ -68,6 +68,7 @@ func checkNetwork(ctx context.Context, e *env) []Result {
 	sc := e.startSealCopy(ctx, fx.Namespace)
 	mode := e.snippetDNS(ctx)
 	targets, missing := e.networkTargets(ctx, fx, mode)
+	targets = append(targets, e.icmpTargets(ctx, fx, checkNetICMP)...)
 	var extra []Result
 	for _, more := range []func(context.Context) ([]netTarget, []missingTarget){e.servePodTargets, e.nodePortTargets} {
 		ts, miss := more(ctx)

@@ -51,6 +51,8 @@ var toolCheckNames = []struct{ name, probe string }{
 	{"toolcalls/private-172-16", "17"},
 	{"toolcalls/private-192-168", "17"},
 	{"toolcalls/private-100-64", "17"},
+	{checkToolNodes, probeToolNodes},
+	{checkToolICMP, probeICMP},
 	{"toolcalls/no-credentials", "23"},
 	{"toolcalls/non-root", "24"},
 	{"toolcalls/no-reuse", "25"},
@@ -195,7 +197,7 @@ func checkToolCalls(ctx context.Context, e *env) []Result {
 	out := []Result{judgeToolCredentials(j1, perr1, tok, serveEnvNames(dep)), judgeToolNonRoot(j1, perr1)}
 
 	// 2: the network, with the control first, and call 1's marker.
-	net, j2, id2, perr2 := e.toolNetwork(ctx, caller, image, j1.Get("marker.path").String(), internetEgressOn(dep))
+	net, j2, id2, perr2 := e.toolNetwork(ctx, caller, image, j1.Get("marker.path").String(), dep)
 	out = append(out, net...)
 	id1 := ""
 	if a1 != nil {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/tidwall/gjson"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -93,12 +94,13 @@ func (e *env) privateCandidates(ctx context.Context, fx *fixtures) []netsec.Targ
 // toolcalls/private-*: the control pod probes every target first, then a
 // tool call probes them all. The same call looks for call 1's marker, whose
 // answer it returns with the call's sandbox_id.
-func (e *env) toolNetwork(ctx context.Context, caller callAPI, image, markerPath string, internetOn bool) ([]Result, gjson.Result, string, error) {
+func (e *env) toolNetwork(ctx context.Context, caller callAPI, image, markerPath string, dep *appsv1.Deployment) ([]Result, gjson.Result, string, error) {
+	internetOn := internetEgressOn(dep)
 	reuseCode := fmt.Sprintf(reuseRead, fmt.Sprintf("[%q]", markerPath))
 	fx, ferr := e.waitFixtures(ctx)
 	if ferr != nil {
 		var out []Result
-		for _, c := range toolCheckNames[:6] {
+		for _, c := range toolCheckNames[:8] {
 			out = append(out, result(c.name, c.probe, Inconclusive, "verify's control pod is not ready, no network verdict possible: %v", ferr))
 		}
 		a, err := execCall(ctx, caller, image, reuseCode, nil, toolCallTimeoutS)
@@ -121,6 +123,9 @@ func (e *env) toolNetwork(ctx context.Context, caller callAPI, image, markerPath
 	}
 	private, missing := sortPrivate(e.privateCandidates(ctx, fx))
 	ts = append(ts, private...)
+	nodes, nerr := e.nodeAddrTargets(ctx, dep)
+	ts = append(ts, nodes...)
+	ts = append(ts, e.icmpTargets(ctx, fx, checkToolICMP)...)
 
 	run := &netRun{targets: ts, control: map[string]*netsec.Outcome{}}
 	var ctl, tool []netsec.Target
@@ -155,7 +160,11 @@ func (e *env) toolNetwork(ctx context.Context, caller callAPI, image, markerPath
 		}
 	}
 	run.sbErr = err
-	return judgeToolNetwork(run, internet, missing, len(e.opts.PrivateAddrs) > 0), reuse, id, rerr
+	out := judgeToolNetwork(run, internet, missing, len(e.opts.PrivateAddrs) > 0)
+	if len(nodes) == 0 {
+		out = append(out, result(checkToolNodes, probeToolNodes, Inconclusive, "no node or API server address to probe: %v", nerr))
+	}
+	return out, reuse, id, rerr
 }
 
 // judgeToolNetwork: the internet stand-in as allowed (or, with egress off,
