@@ -44,6 +44,9 @@ type FenceOptions struct {
 	// server.
 	Extra  []netip.Prefix
 	Logger *slog.Logger
+	// Off fences nothing, and removes what it fenced before (the
+	// weakening weaken.Unfenced).
+	Off bool
 }
 
 // Fence keeps the tool pods' internet policy excepting every address of
@@ -129,6 +132,9 @@ func (f *Fence) Run(ctx context.Context) {
 // open (the kubelet's, the API server's; an extra prefix's first address on
 // the kubelet's).
 func (f *Fence) want() (want []netip.Prefix, seal []string) {
+	if f.o.Off {
+		return nil, nil
+	}
 	seen := map[netip.Prefix]bool{}
 	add := func(p netip.Prefix, port int) {
 		if !seen[p] {

@@ -44,6 +44,11 @@ const (
 	// the echo out of their runner's proof: network/icmp and toolcalls/icmp
 	// must fail where the engine passes echo, as kube-router does.
 	AllowICMP Name = "allow-icmp"
+	// Unfenced makes serve's fence want nothing: it takes its excepts of
+	// the nodes' and API server's addresses out of the tool pods' internet
+	// policy, and tool pods no longer prove them cut, so
+	// toolcalls/node-addresses must fail where one is public.
+	Unfenced Name = "unfenced"
 )
 
 // all is the closed set, in the order help and errors list it; runner says
@@ -58,6 +63,7 @@ var all = []struct {
 	{ToolRootToken, false},
 	{UnprovenReady, true},
 	{AllowICMP, false},
+	{Unfenced, false},
 }
 
 // Set is the weakenings in force; the zero Set is a safe deployment.
