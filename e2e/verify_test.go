@@ -106,7 +106,7 @@ func TestVerify(t *testing.T) {
 				}
 			}
 			expect(t, rep, verify.Pass, toolCallChecks...)
-			expect(t, rep, verify.Pass, "network/serve-pod", "network/node-ports", "network/dns-exfiltration", "network/ready-on-proof")
+			expect(t, rep, verify.Pass, "network/serve-pod", "network/node-ports", "network/dns-exfiltration", "network/ready-on-proof", "network/icmp")
 			// The kind cluster is IPv4 only: not applicable, said so.
 			expect(t, rep, verify.Skip, "network/ipv6")
 			if len(rep.Checks) < 30 {
@@ -373,6 +373,18 @@ func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
 	knobs := []knob{{"serve", flag}, {"run", flag}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
 		"runner,toolcalls", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered", "toolcalls/timeout-kills-tree"}))
+}
+
+// TestVerifyICMPAndUnfenced: sandbox pods that keep the runtime's ICMP
+// range (kube-router passes echo for every pod) and a serve whose fence
+// wants nothing: the echo checks and toolcalls/node-addresses must FAIL
+// (the node's stand-in "public" address, which serve's --tool-egress-deny
+// names, answers a tool pod again).
+func TestVerifyICMPAndUnfenced(t *testing.T) {
+	flags := []string{"--unsafe=allow-icmp", "--unsafe=unfenced"}
+	knobs := []knob{{"serve", flags[0]}, {"serve", flags[1]}}
+	testenv.Test(t, weakenedFeature("sandbox verify fails on pods that may ping and tool pods that reach the nodes", knobs, flags, "",
+		"network,toolcalls", []string{"network/icmp", "toolcalls/icmp", "toolcalls/node-addresses"}))
 }
 
 // TestVerifyUnprovenReady: runners that report Ready without proving their

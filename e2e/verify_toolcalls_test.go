@@ -24,7 +24,7 @@ import (
 var toolCallChecks = []string{
 	"toolcalls/internet-standin", "toolcalls/metadata-standin",
 	"toolcalls/private-10", "toolcalls/private-172-16", "toolcalls/private-192-168", "toolcalls/private-100-64",
-	"toolcalls/no-credentials", "toolcalls/non-root", "toolcalls/no-reuse", "toolcalls/used-pod-deleted",
+	"toolcalls/node-addresses", "toolcalls/icmp", "toolcalls/no-credentials", "toolcalls/non-root", "toolcalls/no-reuse", "toolcalls/used-pod-deleted",
 	"toolcalls/timeout-kills-tree",
 }
 

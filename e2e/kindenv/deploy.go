@@ -46,9 +46,10 @@ func (k Kubectl) Run(ctx context.Context, stdin []byte, args ...string) (string,
 const PodCPURequest = "50m"
 
 // Manifests renders `sandbox manifests --image image --pod-cpu-request
-// PodCPURequest` with the sandbox binary.
-func Manifests(ctx context.Context, sandboxBin, image string) ([]byte, error) {
-	out, err := cmd{name: sandboxBin, args: append([]string{"manifests", "--image", image, "--pod-cpu-request", PodCPURequest}, toolManifestArgs()...), timeout: time.Minute}.output(ctx)
+// PodCPURequest` with the sandbox binary, and extra flags.
+func Manifests(ctx context.Context, sandboxBin, image string, extra ...string) ([]byte, error) {
+	args := append([]string{"manifests", "--image", image, "--pod-cpu-request", PodCPURequest}, toolManifestArgs()...)
+	out, err := cmd{name: sandboxBin, args: append(args, extra...), timeout: time.Minute}.output(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("render manifests: %w", err)
 	}
@@ -59,8 +60,8 @@ func Manifests(ctx context.Context, sandboxBin, image string) ([]byte, error) {
 }
 
 // Deploy applies the service's manifests (sandbox manifests ... | kubectl apply -f -).
-func Deploy(ctx context.Context, k Kubectl, sandboxBin, image string) error {
-	m, err := Manifests(ctx, sandboxBin, image)
+func Deploy(ctx context.Context, k Kubectl, sandboxBin, image string, extra ...string) error {
+	m, err := Manifests(ctx, sandboxBin, image, extra...)
 	if err != nil {
 		return err
 	}

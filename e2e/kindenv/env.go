@@ -157,9 +157,18 @@ func (e *Env) StandinsUp(ctx context.Context) error {
 	return e.Phase("stand-ins", func() error { return e.Standins.Up(ctx, e.Image, e.NodeName) })
 }
 
-// Deploy applies `sandbox manifests --image <image>`.
+// Deploy applies `sandbox manifests --image <image>`. The node's address on
+// the internet stand-in's network plays a node's public address, which no
+// API object lists (kind's Node names only its address on kind's own
+// network): the operator names it in --tool-egress-deny.
 func (e *Env) Deploy(ctx context.Context) error {
-	return e.Phase("deploy manifests", func() error { return Deploy(ctx, e.Kubectl, e.SandboxBin, e.Image) })
+	return e.Phase("deploy manifests", func() error {
+		ip, err := e.Standins.Internet.NodeAddr(ctx, e.NodeName)
+		if err != nil {
+			return err
+		}
+		return Deploy(ctx, e.Kubectl, e.SandboxBin, e.Image, "--tool-egress-deny", ip+"/32")
+	})
 }
 
 // Restart rolls the Deployment (after a rebuilt image under the same tag,

@@ -96,6 +96,18 @@ func (s Standin) up(ctx context.Context, image, node string) error {
 	return nil
 }
 
+// NodeAddr is node's address on the stand-in's network (Up attached it).
+func (s Standin) NodeAddr(ctx context.Context, node string) (string, error) {
+	ip, err := docker(ctx, "inspect", "--format", `{{with index .NetworkSettings.Networks "`+s.Network+`"}}{{.IPAddress}}{{end}}`, node)
+	if err != nil {
+		return "", err
+	}
+	if ip == "" {
+		return "", fmt.Errorf("node %s has no address on network %s", node, s.Network)
+	}
+	return ip, nil
+}
+
 // Down removes the canaries and their networks (after disconnecting the
 // node, if it still exists). Errors are joined, not stopped at.
 func (ss Standins) Down(ctx context.Context, node string) error {
