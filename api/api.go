@@ -21,6 +21,12 @@ const (
 	// DefaultMaxBody bounds a request body (1 MiB) so a client cannot make
 	// the service buffer arbitrary amounts of memory.
 	DefaultMaxBody = 1 << 20
+	// MaxForwardedBody bounds what serve forwards to a runner: the
+	// caller's body, at most DefaultMaxBody, as serve encodes it again,
+	// which can grow it (U+2028 in a string, three bytes, becomes six;
+	// serve fills in timeout_s). Twice the caller's limit holds any string
+	// doubled; the limit applies once, to what the caller sent.
+	MaxForwardedBody = 2 * DefaultMaxBody
 	// MaxResultBytes bounds a result's JSON, as a reader of a runner's
 	// answer allows it (about 38 MiB): both streams at JSON's worst (six
 	// bytes a byte), the output files' content at its worst (twice, see

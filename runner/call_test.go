@@ -1,7 +1,11 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,4 +200,50 @@ func TestCallServer(t *testing.T) {
 func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// TestCallServerTakesWhatServeForwards: a caller's body within serve's
+// limit can grow when serve encodes it again (U+2028 in env values becomes
+// \u2028, twice the bytes); the runner takes it, since the limit applies
+// once, to what the caller sent. Under the caller's limit the same body
+// would be refused (the control).
+func TestCallServerTakesWhatServeForwards(t *testing.T) {
+	// Written by hand (encoding/json would escape U+2028 itself): env values
+	// near their 64 KiB bound, and an argument that fills the body to
+	// exactly the caller's limit (add joins two strings too).
+	head := `{"image":"a","function":"tools.sample:add","env":{"BIG":"` + strings.Repeat("\u2028", 21000) + `"},"args":["`
+	tail := `",""]}`
+	sent := []byte(head + strings.Repeat("x", api.DefaultMaxBody-len(head)-len(tail)) + tail)
+	c, err := api.DecodeCall(http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(bytes.NewReader(sent)), api.DefaultMaxBody))
+	if err != nil {
+		t.Fatalf("serve refused the caller's %d bytes: %v", len(sent), err)
+	}
+	fwd, err := api.EncodeCall(api.CallWire(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fwd) <= api.DefaultMaxBody {
+		t.Fatalf("forwarded %d bytes: the body must outgrow the caller's limit for this test to mean anything", len(fwd))
+	}
+	for _, tc := range []struct {
+		max  int64
+		want int
+	}{{api.DefaultMaxBody, http.StatusRequestEntityTooLarge}, {0, http.StatusOK}} {
+		s, err := New(Options{Listen: "127.0.0.1:0", SandboxID: "tool-1", MaxTimeout: 120 * time.Second, MaxBody: tc.max,
+			Exec: exec.Options{Dir: toolsDir(t)}, Call: true, CallEnv: exec.DefaultEnv(t.TempDir())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = s.Run(t.Context()) }()
+		if code, body := do(t, "POST", "http://"+s.Addr().String()+"/v1/call", string(fwd)); code != tc.want {
+			t.Errorf("runner limit %d, %d bytes forwarded: %d %s, want %d", tc.max, len(fwd), code, clip(body), tc.want)
+		}
+	}
+}
+
+func clip(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "..."
+	}
+	return s
 }

@@ -34,7 +34,8 @@ type Options struct {
 	Listen string
 	// MaxTimeout bounds the request's timeout_s; a request over it gets 400.
 	MaxTimeout time.Duration
-	// MaxBody bounds the request body; 0 means api.DefaultMaxBody.
+	// MaxBody bounds the request body; 0 means api.MaxForwardedBody (serve
+	// has bounded what the caller sent).
 	MaxBody int64
 	// SandboxID is put in the result; the pool overwrites it with the pod name.
 	SandboxID string
@@ -136,7 +137,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("runner: working directory %s is not a directory: %v", opts.Exec.Dir, err)
 	}
 	if opts.MaxBody <= 0 {
-		opts.MaxBody = api.DefaultMaxBody
+		opts.MaxBody = api.MaxForwardedBody
 	}
 	if opts.MaxTimeout <= 0 {
 		opts.MaxTimeout = api.MaxTimeoutS * time.Second
