@@ -31,12 +31,15 @@ python-test: build
 	cd python && SANDBOX_BIN=$(CURDIR)/$(BIN) PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tests -t .
 
 # lint adds staticcheck (pinned, from the module proxy) to the unit target's
-# go vet, and vets the e2e module (e2e/go.mod, with its build tag) too.
+# go vet, and vets the e2e module (e2e/go.mod, with its build tag) too. Then
+# .ci/doclinks checks the Markdown: every relative link resolves, and the
+# README's layout table matches the tree.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	cd e2e && $(GO) vet -tags e2e ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd e2e && $(GO) run $(STATICCHECK) -tags e2e ./...
+	$(PYTHON) .ci/doclinks
 
 # bench runs every benchmark (the runner's overhead over bare python3, the
 # API's latency) and prints a table in milliseconds; the raw output, for
