@@ -11,7 +11,7 @@ import (
 	"github.com/sandboxd/sandbox/exec"
 )
 
-// Limits of a request, as the README's API section promises them.
+// Limits of a request, as docs/api.md promises them.
 const (
 	// DefaultTimeoutS is the snippet timeout when a request names none:
 	// exec's default, in the whole seconds of timeout_s.

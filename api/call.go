@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Limits of a tool call (POST /v1/call), as the README's limits table
+// Limits of a tool call (POST /v1/call), as the limits table of docs/api.md
 // promises them.
 const (
 	// DefaultCallTimeoutS is a tool call's timeout when the request names

@@ -42,7 +42,7 @@ var warmDiffers = map[string]bool{"argv-and-path": true, "keyboard-interrupt": t
 // where a warm pod's pre-started python3 runs it, and runs it with bare
 // `python3 -I -u -B FILE` in a pod of the same image, with the runner's
 // environment: what the snippet prints, its stderr and its exit code must
-// match but for the differences the README lists.
+// match but for the differences docs/runner.md lists.
 func TestWarmRunLooksFresh(t *testing.T) {
 	type warmKey struct{}
 	f := features.New("a snippet in a warm pod sees what bare python3 would show it").

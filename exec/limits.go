@@ -49,7 +49,7 @@ import (
 // the code ends without SystemExit, as with the file runner. What still
 // differs (sys.path[0], the exit of an uncaught KeyboardInterrupt, the
 // preamble's two frames below the snippet's, the command line in /proc) is
-// listed in the README and pinned by TestFreshIsBare.
+// listed in docs/runner.md and pinned by TestFreshIsBare.
 //
 // When the snippet dies of MemoryError (the RLIMIT_AS cap), the preamble drops
 // the snippet's globals (so that printing has memory to work with), prints

@@ -36,7 +36,7 @@ func introspection(t *testing.T) []struct{ name, code string } {
 }
 
 // bareDiffers are the snippets to which bare `python3 -I -u -B FILE` shows
-// something else, and why; the README lists them. Every other snippet must
+// something else, and why; docs/runner.md lists them. Every other snippet must
 // see the same.
 var bareDiffers = map[string]string{
 	"argv-and-path":        "sys.path[0] is '' (the working directory), so that input files import",

@@ -17,7 +17,7 @@ import (
 	"github.com/sandboxd/sandbox/weaken"
 )
 
-// Limits of a snippet pod. CPU and memory are the limits the README
+// Limits of a snippet pod. CPU and memory are the limits docs/api.md
 // promises (1 CPU, 512 MiB, requests equal to limits so the pod is
 // Guaranteed and is the last to be evicted).
 const (

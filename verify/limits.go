@@ -53,7 +53,7 @@ const (
 )
 
 // checkTimeout is runner/timeout (a spin loop is cut at 2 s with the answer
-// the README describes) and runner/timeout-kills-tree (a process tree built
+// docs/api.md describes) and runner/timeout-kills-tree (a process tree built
 // to survive is dead by the answer).
 func checkTimeout(ctx context.Context, e *env) []Result {
 	var out []Result

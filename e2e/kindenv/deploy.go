@@ -37,7 +37,7 @@ func (k Kubectl) Run(ctx context.Context, stdin []byte, args ...string) (string,
 // A request is also the pod's CPU weight when the node is busy (cpu.shares
 // 51 at 50m), and a warm pod's snippet runs while the pods that replace
 // the used ones start beside it: at 10m its run waited behind them (the
-// README's section on the kind node's CPU weights has the figures). 50m fits about 31 snippet pods; under a burst each of the
+// section of docs/speed.md on the kind node's CPU weights has the figures). 50m fits about 31 snippet pods; under a burst each of the
 // two replicas grows to --pool-max (12) unclaimed pods plus one per run in
 // flight, and the rest wait to be scheduled while the node, busy starting
 // the others, could not start them sooner anyway. The node's other weights

@@ -18,7 +18,7 @@ log = logging.getLogger("sandbox_client")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The one value of TOOL_SANDBOX that switches sandboxing off, as the README
+# The one value of TOOL_SANDBOX that switches sandboxing off, as docs/python.md
 # says it. Anything else keeps it on, "False", "0" or "off" included: a value
 # that only may have meant off runs no tool beside the agent's credentials.
 _OFF = "false"

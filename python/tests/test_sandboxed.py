@@ -1,5 +1,5 @@
 """@sandboxed against a stub of POST /v1/call: the service does not offer
-it yet, so the stub answers as the API will (see the README)."""
+it yet, so the stub answers as the API will (see docs/api.md)."""
 
 from __future__ import annotations
 
