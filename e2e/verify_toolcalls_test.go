@@ -32,6 +32,7 @@ var toolCallChecks = []string{
 var toolBlockChecks = []string{
 	"toolcalls/metadata-standin",
 	"toolcalls/private-10", "toolcalls/private-172-16", "toolcalls/private-192-168", "toolcalls/private-100-64",
+	"toolcalls/node-addresses",
 }
 
 // toolInternetPolicy is the manifests' policy that gives tool pods the
@@ -52,8 +53,10 @@ type (
 // included). A tool pod then cannot prove its egress cut, so a call fails
 // closed with the 503 that says why. Runners that skip the proof (serve's
 // --unsafe=unproven-ready) do run the calls, and verify's tool-call block
-// checks FAIL while the internet check still PASSes. Then the very same
-// policy and serve are put back.
+// checks FAIL while the internet check still PASSes. Their serve is
+// unfenced too (--unsafe=unfenced): a fenced one would keep excepting the
+// nodes, kind's only addresses in 172.16/12. Then the very same policy and
+// serve are put back.
 func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 	f := features.New("sandbox verify fails when tool pods may reach private ranges").
 		WithLabel("needs", "service").
@@ -99,11 +102,11 @@ func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 			return ctx
 		}).
 		Assess("with runners that skip the proof, the tool-call block checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			const flag = "--unsafe=unproven-ready"
-			if !binaryAccepts(ctx, "serve", flag) || !binaryAccepts(ctx, "run", flag) {
-				t.Fatalf("the binary does not accept %s", flag)
+			const flag, unfenced = "--unsafe=unproven-ready", "--unsafe=unfenced"
+			if !binaryAccepts(ctx, "serve", flag) || !binaryAccepts(ctx, "run", flag) || !binaryAccepts(ctx, "serve", unfenced) {
+				t.Fatalf("the binary does not accept %s and %s", flag, unfenced)
 			}
-			ctx.Value(serveRestoreKey{}).(*serveRestore).fn = weaken(ctx, t, serveChange{args: []string{flag}})
+			ctx.Value(serveRestoreKey{}).(*serveRestore).fn = weaken(ctx, t, serveChange{args: []string{flag, unfenced}})
 			rep := runVerify(ctx, t, "--only", "toolcalls")
 			expect(t, rep, verify.Fail, toolBlockChecks...)
 			expect(t, rep, verify.Pass, "toolcalls/internet-standin")
