@@ -29,6 +29,7 @@ const ghostNode = "sandbox-e2e-ghost"
 func TestFenceFollowsNodes(t *testing.T) {
 	f := features.New("serve fences off the addresses of nodes as they come and go").
 		WithLabel("needs", "service").
+		Setup(withService).
 		Assess("a joining node's address is fenced off, and opened when it leaves", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if err := ServiceErr(ctx); err != nil {
 				t.Fatal(err)
