@@ -53,9 +53,9 @@ type (
 // included). A tool pod then cannot prove its egress cut, so a call fails
 // closed with the 503 that says why. Runners that skip the proof (serve's
 // --unsafe=unproven-ready) do run the calls, and verify's tool-call block
-// checks FAIL while the internet check still PASSes. Their serve is
-// unfenced too (--unsafe=unfenced): a fenced one would keep excepting the
-// nodes, kind's only addresses in 172.16/12. Then the very same policy and
+// checks FAIL while the internet check still PASSes; serve is unfenced
+// too (--unsafe=unfenced), so that toolcalls/node-addresses fails on the
+// node's public stand-in address as well. Then the very same policy and
 // serve are put back.
 func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 	f := features.New("sandbox verify fails when tool pods may reach private ranges").

@@ -22,6 +22,30 @@ import (
 // never an except someone else wrote.
 const FencedAnnotation = "sandbox.dev/fenced"
 
+// Special are the ranges the manifests' tool internet policy excepts
+// (manifests/toolpolicy.yaml; a test there keeps the two the same): an
+// address in one is never internet, and its except is the policy's, which
+// the tool pods' seal proves in place. The fence takes only the others.
+var Special = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	// IPv6 internet is global unicast (2000::/3) less these.
+	netip.MustParsePrefix("2001::/32"), netip.MustParsePrefix("2002::/16"),
+}
+
+var global6 = netip.MustParsePrefix("2000::/3")
+
+// Public reports whether the tool pods' internet policy would allow a,
+// its excepts as the manifests write them: what the fence must cover.
+func Public(a netip.Addr) bool {
+	a = a.Unmap()
+	if a.Is6() && !global6.Contains(a) {
+		return false
+	}
+	return !slices.ContainsFunc(Special, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
 // KubeletPort is the kubelet's port where a Node does not say.
 const KubeletPort = 10250
 

@@ -79,3 +79,12 @@ func TestParsePrefixes(t *testing.T) {
 		t.Error("a name was taken for an address")
 	}
 }
+
+func TestPublic(t *testing.T) {
+	for a, want := range map[string]bool{"198.51.100.2": true, "172.18.0.2": false, "10.96.0.1": false, "169.254.169.254": false,
+		"100.64.1.1": false, "::ffff:192.168.1.1": false, "2001:db8::1": true, "2002::1": false, "fd00::1": false, "fe80::1": false} {
+		if got := Public(netip.MustParseAddr(a)); got != want {
+			t.Errorf("Public(%s) = %v, want %v", a, got, want)
+		}
+	}
+}

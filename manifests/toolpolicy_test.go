@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"net"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -115,5 +116,23 @@ func TestToolOptions(t *testing.T) {
 	}
 	if _, err := Objects(Options{ToolImages: []string{"a*b"}}); err == nil {
 		t.Error("a * inside an allow-list entry was accepted")
+	}
+}
+
+// TestFenceKnowsThePolicy: kube.Public, which decides what serve's fence
+// covers, says of an address what the shipped tool internet policy says.
+func TestFenceKnowsThePolicy(t *testing.T) {
+	np := mustObjects(t, Options{})["NetworkPolicy/sandbox-tool-internet"].(*networkingv1.NetworkPolicy)
+	for _, p := range kube.Special {
+		for _, a := range []netip.Addr{p.Addr(), p.Masked().Addr().Next()} {
+			if allowedBy(t, np, a.String()) || kube.Public(a) {
+				t.Errorf("%s (in %s): policy allows %v, Public %v", a, p, allowedBy(t, np, a.String()), kube.Public(a))
+			}
+		}
+	}
+	for _, a := range []string{"198.51.100.2", "8.8.8.8", "2606:4700::1", "fd00::1", "172.32.0.1", "100.128.0.1"} {
+		if got := kube.Public(netip.MustParseAddr(a)); got != allowedBy(t, np, a) {
+			t.Errorf("%s: Public %v, the policy allows %v", a, got, allowedBy(t, np, a))
+		}
 	}
 }

@@ -127,7 +127,9 @@ func (f *Fence) Run(ctx context.Context) {
 }
 
 // want is every prefix to fence, from the caches: each node's and API
-// server endpoint's address, and the extra prefixes; seal is some of them
+// server endpoint's address that is public (kube.Public: a private one is
+// the policy's own except, whose loss the pods' seal catches, since the
+// API server's Service leads to one), and the extra prefixes; seal is some of them
 // to prove cut from a tool pod, on a port that listens where the path is
 // open (the kubelet's, the API server's; an extra prefix's first address on
 // the kubelet's).
@@ -137,7 +139,7 @@ func (f *Fence) want() (want []netip.Prefix, seal []string) {
 	}
 	seen := map[netip.Prefix]bool{}
 	add := func(p netip.Prefix, port int) {
-		if !seen[p] {
+		if !seen[p] && (!p.IsSingleIP() || kube.Public(p.Addr()) || slices.Contains(f.o.Extra, p)) {
 			seen[p] = true
 			want = append(want, p)
 			if port > 0 && len(seal) < maxSealAddrs {
