@@ -1,6 +1,7 @@
-// Package api holds the HTTP wire format shared by the service, the in-pod
-// runner and the client: the request body of POST /v1/execute, its
-// validation, and the JSON error body.
+// Package api is the service's side of the HTTP API, shared by serve and the
+// in-pod runner: the limits of a request, its validation into an exec.Job or
+// a Call, the deployment's call policy, and the answers (an *Error, a JSON
+// body). The JSON itself is package wire's.
 package api
 
 import (
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Limits of a request, as docs/api.md promises them.
@@ -30,33 +32,10 @@ const (
 	// MaxResultBytes bounds a result's JSON, as a reader of a runner's
 	// answer allows it (about 38 MiB): both streams at JSON's worst (six
 	// bytes a byte), the output files' content at its worst (twice, see
-	// exec.EncodeContent), and a full listing of the longest paths.
+	// wire.EncodeContent), and a full listing of the longest paths.
 	MaxResultBytes = 2*6*exec.DefaultMaxOutput + 2*exec.MaxOutputBytes +
-		exec.MaxOutputEntries*(6*exec.MaxPathLen+128) + 64<<10
+		exec.MaxOutputEntries*(6*wire.MaxPathLen+128) + 64<<10
 )
-
-// ExecuteRequest is the body of POST /v1/execute.
-type ExecuteRequest struct {
-	Code     string `json:"code"`
-	TimeoutS *int   `json:"timeout_s,omitempty"`
-	Files    []File `json:"files,omitempty"`
-	// Outputs are patterns of files to hand back after the run, relative to
-	// the working directory: "*.png", "out/**" (see exec.ValidatePattern).
-	Outputs []string `json:"outputs,omitempty"`
-}
-
-// File is an input file as sent on the wire. Encoding is "" or "utf-8" for
-// text, "base64" for bytes.
-type File struct {
-	Path     string `json:"path"`
-	Content  string `json:"content"`
-	Encoding string `json:"encoding,omitempty"`
-}
-
-// ErrorBody is the JSON body of every non-2xx answer.
-type ErrorBody struct {
-	Error string `json:"error"`
-}
 
 // Error is an error that carries the HTTP status it should be answered with.
 // Backends return it to choose a status other than 500.

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Limits of a tool call (POST /v1/call), as the limits table of docs/api.md
@@ -43,16 +45,6 @@ const (
 // that holds them. Matching ignores case.
 var DefaultEnvDeny = []string{"*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*"}
 
-// CallRequest is the body of POST /v1/call.
-type CallRequest struct {
-	Image    string            `json:"image"`
-	Function string            `json:"function"`
-	Args     json.RawMessage   `json:"args,omitempty"`
-	Kwargs   json.RawMessage   `json:"kwargs,omitempty"`
-	TimeoutS *int              `json:"timeout_s,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-}
-
 // Call is a validated tool call: what the in-pod runner needs to make it.
 type Call struct {
 	Image string
@@ -69,74 +61,6 @@ type Call struct {
 
 // Function is the call's "module:attr" reference.
 func (c Call) Function() string { return c.Module + ":" + c.Attr }
-
-// Kinds of CallError.
-const (
-	// CallRaised: the function raised an exception.
-	CallRaised = "raised"
-	// CallImport: the module could not be imported or the attribute path
-	// did not resolve to something callable.
-	CallImport = "import"
-	// CallUnserializable: the function returned a value JSON cannot hold.
-	CallUnserializable = "unserializable"
-	// CallTooLarge: the return value, as JSON, does not fit in the answer.
-	CallTooLarge = "result_too_large"
-	// CallNoResult: the process ended without reporting a value or an
-	// exception (os._exit, a signal, the interpreter failing to start).
-	CallNoResult = "no_result"
-)
-
-// CallError says why a call has no result. Type, Message and Traceback are
-// the exception's when Kind is CallRaised or CallImport; for the other kinds
-// Type names the kind in Python's spelling so that clients that show
-// "Type: message" read well.
-type CallError struct {
-	Kind      string `json:"kind"`
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback"`
-}
-
-// CallResult is the body of a 200 answer to POST /v1/call: the call ran,
-// whether the function returned (Result), raised (Error) or was killed.
-// Result is JSON null whenever Error is set or the run ended without a
-// value.
-type CallResult struct {
-	SandboxID       string          `json:"sandbox_id"`
-	Result          json.RawMessage `json:"result"`
-	Error           *CallError      `json:"error,omitempty"`
-	Stdout          string          `json:"stdout"`
-	Stderr          string          `json:"stderr"`
-	ExitCode        int             `json:"exit_code"`
-	DurationMS      int64           `json:"duration_ms"`
-	StdoutTruncated bool            `json:"stdout_truncated"`
-	StderrTruncated bool            `json:"stderr_truncated"`
-	TimedOut        bool            `json:"timed_out"`
-	OOMKilled       bool            `json:"oom_killed"`
-}
-
-// CallOutcomeOf names the outcome of a call that produced r, for logs and
-// metrics: the execution outcomes, with "raised" for a function that raised
-// or returned nothing usable.
-func CallOutcomeOf(r CallResult) string {
-	switch {
-	case r.TimedOut:
-		return OutcomeTimeout
-	case r.OOMKilled:
-		return OutcomeOOM
-	case r.Error != nil:
-		return OutcomeRaised
-	case r.ExitCode != 0:
-		return OutcomeErrorExit
-	}
-	return OutcomeOK
-}
-
-// OutcomeRaised is a call whose function raised or returned no usable value.
-const OutcomeRaised = "raised"
-
-// CallOutcomes lists every outcome of a call, for metrics.
-var CallOutcomes = append(slices.Clone(Outcomes), OutcomeRaised)
 
 var (
 	// identPath is a dotted path of ASCII Python identifiers. Non-ASCII
@@ -160,7 +84,7 @@ func DecodeCall(r io.Reader) (Call, error) {
 	var raw bytes.Buffer
 	dec := json.NewDecoder(io.TeeReader(r, &raw))
 	dec.DisallowUnknownFields()
-	var req CallRequest
+	var req wire.CallRequest
 	if err := dec.Decode(&req); err != nil {
 		return Call{}, callDecodeError(err)
 	}
@@ -181,7 +105,7 @@ func DecodeCall(r io.Reader) (Call, error) {
 		}
 		return Call{}, err
 	}
-	return req.Call()
+	return validCall(&req)
 }
 
 // callDecodeError is decodeError with the call's field list.
@@ -197,9 +121,8 @@ func callDecodeError(err error) error {
 	return decodeError(err)
 }
 
-// Call validates the request and converts it into a Call. DecodeCall calls
-// it; it is exported for callers that build requests in code.
-func (req *CallRequest) Call() (Call, error) {
+// validCall validates the request and converts it into a Call.
+func validCall(req *wire.CallRequest) (Call, error) {
 	bad := func(format string, args ...any) (Call, error) {
 		return Call{}, Errorf(http.StatusBadRequest, format, args...)
 	}
@@ -402,13 +325,10 @@ func (p CallPolicy) Check(c Call) error {
 // CallWire is the body the service sends a tool pod's runner: the validated
 // call in the request's own form, so the runner validates it again with
 // DecodeCall.
-func CallWire(c Call) CallRequest {
-	t := TimeoutS(c.Timeout)
-	return CallRequest{Image: c.Image, Function: c.Function(), Args: c.Args, Kwargs: c.Kwargs, TimeoutS: &t, Env: c.Env}
+func CallWire(c Call) wire.CallRequest {
+	t := wire.TimeoutS(c.Timeout)
+	return wire.CallRequest{Image: c.Image, Function: c.Function(), Args: c.Args, Kwargs: c.Kwargs, TimeoutS: &t, Env: c.Env}
 }
-
-// EncodeCall returns the JSON body for req.
-func EncodeCall(req CallRequest) ([]byte, error) { return encode(req, "call request") }
 
 // MaxCallResult bounds the return value's JSON: the answer's limit less
 // room for the envelope and the head and tail of both streams, which are

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func TestDecodeCallAccepts(t *testing.T) {
@@ -147,7 +149,7 @@ func TestCallPolicy(t *testing.T) {
 }
 
 func TestEncodeCallResultFits(t *testing.T) {
-	small := CallResult{SandboxID: "p", Result: json.RawMessage(`{"a":"<&>"}`), Stdout: "hi\n"}
+	small := wire.CallResult{SandboxID: "p", Result: json.RawMessage(`{"a":"<&>"}`), Process: wire.Process{Stdout: "hi\n"}}
 	b, got, err := EncodeCallResult(small, 0)
 	if err != nil || !strings.Contains(string(b), `"result":{"a":"<&>"}`) || got.StdoutTruncated {
 		t.Fatalf("small answer: %s %v", b, err)
@@ -155,8 +157,7 @@ func TestEncodeCallResultFits(t *testing.T) {
 
 	// Big streams and a big value: the streams are cut, the value kept whole.
 	value := `"` + strings.Repeat("v", 5<<20) + `"`
-	big := CallResult{SandboxID: "p", Result: json.RawMessage(value),
-		Stdout: strings.Repeat("o\x01", 1<<20), Stderr: strings.Repeat("é", 1<<19)}
+	big := wire.CallResult{SandboxID: "p", Result: json.RawMessage(value), Process: wire.Process{Stdout: strings.Repeat("o\x01", 1<<20), Stderr: strings.Repeat("é", 1<<19)}}
 	b, got, err = EncodeCallResult(big, MaxCallAnswer)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func TestEncodeCallResultFits(t *testing.T) {
 	if len(b) > MaxCallAnswer {
 		t.Fatalf("answer %d bytes, over %d", len(b), MaxCallAnswer)
 	}
-	var back CallResult
+	var back wire.CallResult
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatalf("answer is not JSON: %v", err)
 	}
@@ -176,16 +177,16 @@ func TestEncodeCallResultFits(t *testing.T) {
 	}
 
 	// A value over the limit: no result, an error of its own kind naming its size.
-	huge := CallResult{SandboxID: "p", Result: json.RawMessage(`"` + strings.Repeat("v", 9<<20) + `"`), Stdout: "printed\n"}
+	huge := wire.CallResult{SandboxID: "p", Result: json.RawMessage(`"` + strings.Repeat("v", 9<<20) + `"`), Process: wire.Process{Stdout: "printed\n"}}
 	b, _, err = EncodeCallResult(huge, MaxCallAnswer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back = CallResult{}
+	back = wire.CallResult{}
 	if err := json.Unmarshal(b, &back); err != nil || len(b) > MaxCallAnswer {
 		t.Fatalf("too-large answer: %d bytes, %v", len(b), err)
 	}
-	if string(back.Result) != "null" || back.Error == nil || back.Error.Kind != CallTooLarge ||
+	if string(back.Result) != "null" || back.Error == nil || back.Error.Kind != wire.CallTooLarge ||
 		!strings.Contains(back.Error.Message, "return value is 9437186 bytes") || back.Stdout != "printed\n" {
 		t.Errorf("too-large value: result %.20s error %+v", back.Result, back.Error)
 	}
@@ -196,22 +197,5 @@ func TestClipStreamKeepsRunes(t *testing.T) {
 	c := clipStream(s, 101, "stdout")
 	if !strings.Contains(c, "dropped here") || strings.ContainsRune(c, '\uFFFD') {
 		t.Errorf("clip: %q", c)
-	}
-}
-
-func TestCallOutcome(t *testing.T) {
-	for _, tt := range []struct {
-		r    CallResult
-		want string
-	}{
-		{CallResult{}, OutcomeOK},
-		{CallResult{Error: &CallError{Kind: CallRaised}, ExitCode: 1}, OutcomeRaised},
-		{CallResult{TimedOut: true, ExitCode: -1}, OutcomeTimeout},
-		{CallResult{OOMKilled: true, ExitCode: 137}, OutcomeOOM},
-		{CallResult{ExitCode: 3}, OutcomeErrorExit},
-	} {
-		if got := CallOutcomeOf(tt.r); got != tt.want {
-			t.Errorf("CallOutcomeOf(%+v) = %s, want %s", tt.r, got, tt.want)
-		}
 	}
 }

@@ -1,12 +1,13 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // minStream is the least of each stream an answer keeps when it must shrink
@@ -20,7 +21,7 @@ const minStream = 16 << 10
 // *_truncated set), as the runner cuts them anyway; if the return value
 // still does not fit, it is dropped and Error says so, with its size. The
 // returned result is what was encoded.
-func EncodeCallResult(r CallResult, limit int) ([]byte, CallResult, error) {
+func EncodeCallResult(r wire.CallResult, limit int) ([]byte, wire.CallResult, error) {
 	if limit <= 0 {
 		limit = MaxCallAnswer
 	}
@@ -45,8 +46,8 @@ func EncodeCallResult(r CallResult, limit int) ([]byte, CallResult, error) {
 		// The value alone leaves no room: it goes, and the error says why.
 		size := len(r.Result)
 		r.Result = json.RawMessage("null")
-		r.Error = &CallError{
-			Kind: CallTooLarge,
+		r.Error = &wire.CallError{
+			Kind: wire.CallTooLarge,
 			Type: "ResultTooLarge",
 			Message: fmt.Sprintf("the return value is %d bytes of JSON, over what an answer can carry (%d bytes in all); "+
 				"return less, or write it somewhere the agent can fetch it", size, limit),
@@ -90,17 +91,10 @@ func EncodeCallResult(r CallResult, limit int) ([]byte, CallResult, error) {
 // markerRoom is what a clipStream marker line costs.
 const markerRoom = 128
 
-func encodeCall(r CallResult) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	// The return value is raw JSON from the tool: escaping <, > and & would
-	// grow it (six bytes each) after it was measured.
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(r); err != nil {
-		return nil, fmt.Errorf("encode call answer: %w", err)
-	}
-	return buf.Bytes(), nil
-}
+// encodeCall is wire.Marshal, which leaves <, > and & as they are: the
+// return value is raw JSON from the tool, and escaping them would grow it
+// (six bytes each) after it was measured.
+func encodeCall(r wire.CallResult) ([]byte, error) { return wire.Marshal(r) }
 
 func escapedLen(s string) int {
 	b, _ := json.Marshal(s)
@@ -133,7 +127,7 @@ func clipStream(s string, keep int, stream string) string {
 }
 
 // WriteCallResult answers a call with r, kept within MaxCallAnswer.
-func WriteCallResult(w http.ResponseWriter, r CallResult) CallResult {
+func WriteCallResult(w http.ResponseWriter, r wire.CallResult) wire.CallResult {
 	b, r, err := EncodeCallResult(r, MaxCallAnswer)
 	if err != nil {
 		WriteError(w, http.StatusInternalServerError, err.Error())

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Limits on input files: the runner's own (see exec.MaxFiles and
@@ -24,12 +25,6 @@ const (
 	MaxFilesBytes = exec.MaxFilesBytes
 )
 
-// Encodings a File may name: exec's, which writes output files in them.
-const (
-	EncodingUTF8   = exec.EncodingUTF8
-	EncodingBase64 = exec.EncodingBase64
-)
-
 // Decode reads one ExecuteRequest from r and returns the validated job. Every
 // error it returns is an *Error whose message names the problem: 400 for bad
 // input, 413 when r is an http.MaxBytesReader that hit its limit.
@@ -37,7 +32,7 @@ func Decode(r io.Reader) (exec.Job, error) {
 	var raw bytes.Buffer // the body again, for checkKeys; the decoder reads it all anyway
 	dec := json.NewDecoder(io.TeeReader(r, &raw))
 	dec.DisallowUnknownFields()
-	var req ExecuteRequest
+	var req wire.ExecuteRequest
 	if err := dec.Decode(&req); err != nil {
 		return exec.Job{}, decodeError(err)
 	}
@@ -60,7 +55,7 @@ func Decode(r io.Reader) (exec.Job, error) {
 		}
 		return exec.Job{}, err
 	}
-	return req.Job()
+	return validJob(&req)
 }
 
 // Field names of the request and of a file, exactly as spelled on the wire.
@@ -139,9 +134,8 @@ func keyList(allowed map[string]bool) string {
 	return strings.Join(keys, ", ")
 }
 
-// Job validates the request and converts it into an exec.Job. Decode calls
-// it; it is exported for callers that build requests in code.
-func (req *ExecuteRequest) Job() (exec.Job, error) {
+// validJob validates the request and converts it into an exec.Job.
+func validJob(req *wire.ExecuteRequest) (exec.Job, error) {
 	if req.Code == "" {
 		return exec.Job{}, Errorf(http.StatusBadRequest, `missing code: "code" must be a non-empty string of Python source`)
 	}
@@ -177,7 +171,7 @@ func checkOutputs(patterns []string) error {
 	return nil
 }
 
-func decodeFiles(in []File) ([]exec.File, error) {
+func decodeFiles(in []wire.File) ([]exec.File, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
@@ -188,14 +182,14 @@ func decodeFiles(in []File) ([]exec.File, error) {
 	seen := make(map[string]int, len(in))
 	total := 0
 	for i, f := range in {
-		if err := exec.ValidatePath(f.Path); err != nil {
+		if err := wire.ValidatePath(f.Path); err != nil {
 			return nil, Errorf(http.StatusBadRequest, "files[%d]: %v", i, err)
 		}
 		var content []byte
 		switch f.Encoding {
-		case "", EncodingUTF8:
+		case "", wire.EncodingUTF8:
 			content = []byte(f.Content)
-		case EncodingBase64:
+		case wire.EncodingBase64:
 			b, err := base64.StdEncoding.DecodeString(f.Content)
 			if err != nil {
 				return nil, Errorf(http.StatusBadRequest, "files[%d] (%q): content is not valid base64: %v", i, f.Path, err)
@@ -203,7 +197,7 @@ func decodeFiles(in []File) ([]exec.File, error) {
 			content = b
 		default:
 			return nil, Errorf(http.StatusBadRequest, "files[%d] (%q): unknown encoding %q: use %q or %q",
-				i, f.Path, f.Encoding, EncodingUTF8, EncodingBase64)
+				i, f.Path, f.Encoding, wire.EncodingUTF8, wire.EncodingBase64)
 		}
 		total += len(content)
 		if total > MaxFilesBytes {
@@ -279,7 +273,7 @@ func jsonType(goType string) string {
 		return "an integer"
 	case strings.HasPrefix(goType, "[]"):
 		return "an array"
-	case strings.HasPrefix(goType, "api.") || strings.HasPrefix(goType, "struct"):
+	case strings.HasPrefix(goType, "wire.") || strings.HasPrefix(goType, "struct"):
 		return "an object"
 	}
 	return goType
@@ -287,50 +281,18 @@ func jsonType(goType string) string {
 
 // FromJob is the inverse of Decode: it builds the request that makes an
 // in-pod runner run the same job.
-func FromJob(job exec.Job) ExecuteRequest {
-	req := ExecuteRequest{Code: job.Code}
+func FromJob(job exec.Job) wire.ExecuteRequest {
+	req := wire.ExecuteRequest{Code: job.Code}
 	if job.Timeout > 0 {
-		s := TimeoutS(job.Timeout)
+		s := wire.TimeoutS(job.Timeout)
 		req.TimeoutS = &s
 	}
 	if len(job.Files) > 0 {
-		req.Files = make([]File, len(job.Files))
+		req.Files = make([]wire.File, len(job.Files))
 		for i, f := range job.Files {
-			req.Files[i] = FileOf(f.Path, f.Content)
+			req.Files[i] = wire.FileOf(f.Path, f.Content)
 		}
 	}
 	req.Outputs = job.Outputs
 	return req
-}
-
-// TimeoutS is d in the whole seconds of timeout_s, rounded up: a job never
-// gets less time than it was given.
-func TimeoutS(d time.Duration) int {
-	return int((d + time.Second - 1) / time.Second)
-}
-
-// FileOf is the wire form of a file with content, by the rule output files
-// follow too (exec.EncodeContent): text when it is valid UTF-8, else base64,
-// so that every byte survives JSON.
-func FileOf(path string, content []byte) File {
-	c, enc := exec.EncodeContent(content)
-	if enc == EncodingUTF8 {
-		enc = "" // the default
-	}
-	return File{Path: path, Content: c, Encoding: enc}
-}
-
-// Encode returns the JSON body for req; the pool and the client use it.
-func Encode(req ExecuteRequest) ([]byte, error) { return encode(req, "execute request") }
-
-// encode is JSON as the service reads it back: no HTML escaping, so code
-// with < and & travels as written.
-func encode(v any, what string) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encode %s: %w", what, err)
-	}
-	return buf.Bytes(), nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func TestDecodeAccepts(t *testing.T) {
@@ -182,10 +183,10 @@ func TestFromJobRoundTrip(t *testing.T) {
 		{Path: "html", Content: []byte("<a href='x'>&</a>")},
 	}, Outputs: []string{"out/*.csv"}}
 	req := FromJob(job)
-	if req.Files[0].Encoding != "" || req.Files[1].Encoding != EncodingBase64 {
+	if req.Files[0].Encoding != "" || req.Files[1].Encoding != wire.EncodingBase64 {
 		t.Errorf("encodings = %q, %q; want text as is and bytes as base64", req.Files[0].Encoding, req.Files[1].Encoding)
 	}
-	body, err := Encode(req)
+	body, err := wire.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		again, err := Encode(FromJob(job))
+		again, err := wire.Marshal(FromJob(job))
 		if err != nil {
 			t.Fatalf("Encode: %v", err)
 		}

@@ -8,52 +8,18 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
-
-// Result is the body of a 200 answer to POST /v1/execute. It is exec.Result
-// under the wire format's name: exec produces it and stays on the standard
-// library without importing this package (which imports exec), so the struct
-// and its JSON names are declared there, once, and clients need only api.
-type Result = exec.Result
-
-// Outcomes of an execution, as the service and the runner log them and as
-// the service counts them in sandbox_executions_total.
-const (
-	OutcomeOK        = "ok"         // ran and exited 0
-	OutcomeErrorExit = "error_exit" // ran and exited non-zero
-	OutcomeTimeout   = "timeout"    // killed at its deadline
-	OutcomeOOM       = "oom"        // killed for memory
-	OutcomeRejected  = "rejected"   // refused: bad request (4xx) or no capacity (503)
-	OutcomeFailed    = "failed"     // could not be run (5xx)
-	OutcomeCanceled  = "canceled"   // the client went away or the server stopped
-)
-
-// Outcomes lists every outcome, for metrics that show each from the start.
-var Outcomes = []string{OutcomeOK, OutcomeErrorExit, OutcomeTimeout, OutcomeOOM, OutcomeRejected, OutcomeFailed, OutcomeCanceled}
-
-// OutcomeOf names the outcome of a run that produced r.
-func OutcomeOf(r Result) string {
-	switch {
-	case r.TimedOut:
-		return OutcomeTimeout
-	case r.OOMKilled:
-		return OutcomeOOM
-	case r.ExitCode != 0:
-		return OutcomeErrorExit
-	}
-	return OutcomeOK
-}
 
 // WriteJSON writes v as the JSON body of an answer with status. A value
 // that cannot be encoded becomes a 500 with an error body. <, > and & are
 // not escaped: the answer is JSON with nosniff, never HTML, and escaping
 // them would make an HTML file sent back six times its size.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	body, err := encode(v, "response")
+	body, err := wire.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		body, _ = json.Marshal(ErrorBody{Error: err.Error()})
+		body, _ = json.Marshal(wire.ErrorBody{Error: err.Error()})
 		body = append(body, '\n')
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -64,7 +30,7 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 
 // WriteError writes the JSON error body every non-2xx answer carries.
 func WriteError(w http.ResponseWriter, status int, msg string) {
-	WriteJSON(w, status, ErrorBody{Error: msg})
+	WriteJSON(w, status, wire.ErrorBody{Error: msg})
 }
 
 // Write answers with e: its status, its Retry-After when set, its message.
@@ -90,7 +56,7 @@ func AsError(err error) (*Error, bool) {
 // what a client of a runner or of the service reports as the cause.
 func ErrorOf(resp *http.Response) string {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	var eb ErrorBody
+	var eb wire.ErrorBody
 	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
 		return eb.Error
 	}

@@ -6,16 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // TestResultJSON: a result's files and usage as the answer carries them,
 // HTML characters as they are (an HTML file sent back is not six times its
 // size), and an omitted file without content.
 func TestResultJSON(t *testing.T) {
-	res := Result{SandboxID: "s", Usage: exec.Usage{CPUMS: 12, MaxRSSKiB: 9000, Processes: 1},
-		Files: []exec.OutputFile{
-			{Path: "page.html", Size: 8, Content: "<p>&</p>", Encoding: exec.EncodingUTF8},
+	res := wire.Result{SandboxID: "s", Usage: wire.Usage{CPUMS: 12, MaxRSSKiB: 9000, Processes: 1},
+		Files: []wire.OutputFile{
+			{Path: "page.html", Size: 8, Content: "<p>&</p>", Encoding: wire.EncodingUTF8},
 			{Path: "big.csv", Size: 20 << 20, Omitted: true},
 		}, FilesIncomplete: true}
 	w := httptest.NewRecorder()
@@ -30,12 +30,12 @@ func TestResultJSON(t *testing.T) {
 			t.Errorf("answer %s\nlacks %s", body, want)
 		}
 	}
-	var back Result
+	var back wire.Result
 	if err := json.Unmarshal([]byte(body), &back); err != nil || back.Files[0] != res.Files[0] || back.Usage != res.Usage {
 		t.Errorf("decodes to %+v, %v", back, err)
 	}
 	w = httptest.NewRecorder()
-	WriteJSON(w, 200, Result{})
+	WriteJSON(w, 200, wire.Result{})
 	if strings.Contains(w.Body.String(), "files") {
 		t.Errorf("a result without outputs names files: %s", w.Body)
 	}

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // maxResponse bounds how much of an answer the client reads (64 MiB): two
@@ -77,14 +77,14 @@ func (e *Error) Temporary() bool {
 // Execute runs one snippet and returns its result. A snippet that fails is
 // still a result (see Result.ExitCode, TimedOut); the error is for requests
 // that did not run: an *Error for a non-2xx answer, or a transport error.
-func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest) (api.Result, error) {
-	body, err := api.Encode(req)
+func (c *Client) Execute(ctx context.Context, req wire.ExecuteRequest) (wire.Result, error) {
+	body, err := wire.Marshal(req)
 	if err != nil {
-		return api.Result{}, err
+		return wire.Result{}, err
 	}
-	var res api.Result
+	var res wire.Result
 	if err := c.do(ctx, http.MethodPost, "/v1/execute", body, &res); err != nil {
-		return api.Result{}, err
+		return wire.Result{}, err
 	}
 	return res, nil
 }
@@ -131,7 +131,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 // responseError builds the *Error for a non-2xx answer.
 func responseError(resp *http.Response, data []byte) error {
 	e := &Error{StatusCode: resp.StatusCode}
-	var eb api.ErrorBody
+	var eb wire.ErrorBody
 	if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
 		e.Message = eb.Error
 	} else {
@@ -161,14 +161,14 @@ func IsTemporary(err error) bool {
 // Call runs a tool function in a one-use pod of req.Image and returns the
 // service's answer: the function's value in Result, or what it raised in
 // Error. As with Execute, the error is for calls that did not run.
-func (c *Client) Call(ctx context.Context, req api.CallRequest) (api.CallResult, error) {
-	body, err := api.EncodeCall(req)
+func (c *Client) Call(ctx context.Context, req wire.CallRequest) (wire.CallResult, error) {
+	body, err := wire.Marshal(req)
 	if err != nil {
-		return api.CallResult{}, err
+		return wire.CallResult{}, err
 	}
-	var res api.CallResult
+	var res wire.CallResult
 	if err := c.do(ctx, http.MethodPost, "/v1/call", body, &res); err != nil {
-		return api.CallResult{}, err
+		return wire.CallResult{}, err
 	}
 	return res, nil
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func TestExecute(t *testing.T) {
@@ -26,7 +26,7 @@ func TestExecute(t *testing.T) {
 		t.Fatal(err)
 	}
 	timeout := 3
-	res, err := c.Execute(context.Background(), api.ExecuteRequest{Code: "print(1+1)", TimeoutS: &timeout})
+	res, err := c.Execute(context.Background(), wire.ExecuteRequest{Code: "print(1+1)", TimeoutS: &timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestErrors(t *testing.T) {
 			}))
 			defer srv.Close()
 			c, _ := New(srv.URL)
-			_, err := c.Execute(context.Background(), api.ExecuteRequest{Code: "x"})
+			_, err := c.Execute(context.Background(), wire.ExecuteRequest{Code: "x"})
 			var e *Error
 			if !errors.As(err, &e) {
 				t.Fatalf("err = %v, want *client.Error", err)
@@ -96,7 +96,7 @@ func TestContextCancels(t *testing.T) {
 	c, _ := New(srv.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := c.Execute(ctx, api.ExecuteRequest{Code: "x"}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Execute(ctx, wire.ExecuteRequest{Code: "x"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want the context's deadline", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // SaveFiles writes the output files of a result that came back with their
@@ -18,13 +18,13 @@ import (
 // omitted and skipped entries are left out (the caller may report them).
 //
 // The paths come from the service, so they are treated as hostile: each
-// must be a relative path inside dir (exec.ValidatePath), nothing is
+// must be a relative path inside dir (wire.ValidatePath), nothing is
 // written outside dir (an os.Root), a symlink already in dir is never
 // followed (a directory on the way that is a symlink fails the file, and a
 // file is written beside its place and renamed over it, which replaces a
 // symlink or a hard link there instead of writing through it). A file that
 // already exists is replaced.
-func SaveFiles(dir string, files []exec.OutputFile) ([]string, error) {
+func SaveFiles(dir string, files []wire.OutputFile) ([]string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("save output files: %w", err)
@@ -45,8 +45,8 @@ func SaveFiles(dir string, files []exec.OutputFile) ([]string, error) {
 	return saved, errors.Join(errs...)
 }
 
-func saveFile(root *os.Root, f exec.OutputFile) error {
-	if err := exec.ValidatePath(f.Path); err != nil {
+func saveFile(root *os.Root, f wire.OutputFile) error {
+	if err := wire.ValidatePath(f.Path); err != nil {
 		return fmt.Errorf("output file: %w", err)
 	}
 	b, err := f.Bytes()

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
-func text(p, content string) exec.OutputFile {
-	return exec.OutputFile{Path: p, Size: int64(len(content)), Content: content, Encoding: exec.EncodingUTF8}
+func text(p, content string) wire.OutputFile {
+	return wire.OutputFile{Path: p, Size: int64(len(content)), Content: content, Encoding: wire.EncodingUTF8}
 }
 
 func TestSaveFiles(t *testing.T) {
@@ -21,9 +21,9 @@ func TestSaveFiles(t *testing.T) {
 		}
 	}
 	write("old.txt", "old")
-	saved, err := SaveFiles(dir, []exec.OutputFile{
+	saved, err := SaveFiles(dir, []wire.OutputFile{
 		text("out/a/r.csv", "a,b\n"),
-		{Path: "bin", Size: 2, Content: "AP8=", Encoding: exec.EncodingBase64},
+		{Path: "bin", Size: 2, Content: "AP8=", Encoding: wire.EncodingBase64},
 		text("old.txt", "new"),
 		{Path: "big", Size: 1 << 30, Omitted: true},
 		{Path: "leak", Skipped: "symlink"},
@@ -68,7 +68,7 @@ func TestSaveFilesHostile(t *testing.T) {
 	if err := os.Link(linked, filepath.Join(dir, "hard.txt")); err != nil {
 		t.Fatal(err)
 	}
-	files := []exec.OutputFile{
+	files := []wire.OutputFile{
 		text("../escape.txt", "x"), text("/tmp/abs.txt", "x"), text("a/../../b", "x"),
 		text("link.txt", "through the symlink"), text("sub/victim", "through the directory"),
 		text("hard.txt", "through the hard link"),

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // The bombs' bounds.
@@ -50,7 +50,7 @@ const (
 var bombs = []struct {
 	name, code string
 	// judge says what is wrong with the result, or "".
-	judge func(r api.Result) string
+	judge func(r wire.Result) string
 }{
 	{"fork bomb", `import os
 while True:
@@ -69,7 +69,7 @@ while True:
         print("threads:", n, e, flush=True)
         break
 time.sleep(3600)
-`, func(r api.Result) string {
+`, func(r wire.Result) string {
 		if s := timedOut(r); s != "" {
 			return s
 		}
@@ -92,7 +92,7 @@ for _ in range(50):
         exhaust()
         time.sleep(3600)
 time.sleep(3600)
-`, func(r api.Result) string {
+`, func(r wire.Result) string {
 		if s := timedOut(r); s != "" {
 			return s
 		}
@@ -104,7 +104,7 @@ time.sleep(3600)
 	{"memory bomb", `b = []
 while True:
     b.append(bytearray(32 << 20))
-`, func(r api.Result) string {
+`, func(r wire.Result) string {
 		if !r.OOMKilled || r.ExitCode != 137 {
 			return fmt.Sprintf("want oom_killed and exit 137, got oom_killed=%v exit %d", r.OOMKilled, r.ExitCode)
 		}
@@ -112,7 +112,7 @@ while True:
 	}},
 }
 
-func timedOut(r api.Result) string {
+func timedOut(r wire.Result) string {
 	if !r.TimedOut || r.ExitCode != -1 {
 		return fmt.Sprintf("want timed_out and exit -1, got timed_out=%v exit %d (stderr %q)", r.TimedOut, r.ExitCode, clipOut(r.Stderr))
 	}

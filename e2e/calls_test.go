@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // toolSelector selects every tool-call pod.
@@ -33,7 +34,7 @@ const toolSelector = "app.kubernetes.io/name=sandbox-runner,sandbox.dev/kind=too
 type callReply struct {
 	status  int
 	body    string
-	res     api.CallResult
+	res     wire.CallResult
 	errMsg  string
 	elapsed time.Duration
 }
@@ -105,7 +106,7 @@ func toolCall(function string, args []any, kwargs map[string]any, timeoutS int, 
 
 // mustCall makes a call that must be answered 200, and checks that its pod
 // is gone afterwards.
-func mustCall(ctx context.Context, t *testing.T, req map[string]any) api.CallResult {
+func mustCall(ctx context.Context, t *testing.T, req map[string]any) wire.CallResult {
 	t.Helper()
 	r, err := postCall(ctx, service(ctx), req)
 	if err != nil {
@@ -159,7 +160,7 @@ func assertNoToolPods(ctx context.Context, t *testing.T) {
 	}
 }
 
-func decodeValue(t *testing.T, res api.CallResult, v any) {
+func decodeValue(t *testing.T, res wire.CallResult, v any) {
 	t.Helper()
 	if res.Error != nil {
 		t.Fatalf("the tool raised: %+v", *res.Error)
@@ -196,7 +197,7 @@ func TestToolCalls(t *testing.T) {
 			switch {
 			case e == nil:
 				t.Fatalf("no error: result %s", res.Result)
-			case e.Kind != api.CallRaised || e.Type != "ValueError" || !strings.Contains(e.Message, "boom: on purpose"):
+			case e.Kind != wire.CallRaised || e.Type != "ValueError" || !strings.Contains(e.Message, "boom: on purpose"):
 				t.Errorf("error %+v", *e)
 			case !strings.Contains(e.Traceback, "in boom") || !strings.Contains(e.Traceback, "tools/sample.py"):
 				t.Errorf("traceback does not show the tool: %q", e.Traceback)

@@ -13,8 +13,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // dataScienceCode is what agents do most: read a CSV, compute with pandas,
@@ -49,8 +48,8 @@ func TestDataScience(t *testing.T) {
 				total += i
 			}
 			timeout := 60
-			res := executeRequest(ctx, t, service(ctx), api.ExecuteRequest{Code: dataScienceCode, TimeoutS: &timeout,
-				Files:   []api.File{{Path: "sales.csv", Content: csv.String()}},
+			res := executeRequest(ctx, t, service(ctx), wire.ExecuteRequest{Code: dataScienceCode, TimeoutS: &timeout,
+				Files:   []wire.File{{Path: "sales.csv", Content: csv.String()}},
 				Outputs: []string{"out/*"}})
 			if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != fmt.Sprint(total) {
 				t.Fatalf("exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
@@ -62,12 +61,12 @@ func TestDataScience(t *testing.T) {
 				t.Fatalf("files %+v, incomplete %v", res.Files, res.FilesIncomplete)
 			}
 			chart, table := res.Files[1], res.Files[0]
-			if table.Path != "out/by_region.csv" || table.Encoding != exec.EncodingUTF8 ||
+			if table.Path != "out/by_region.csv" || table.Encoding != wire.EncodingUTF8 ||
 				table.Content != "region,amount\neast,260\nnorth,273\nsouth,247\n" {
 				t.Errorf("table: %+v", table)
 			}
 			b, err := chart.Bytes()
-			if err != nil || chart.Path != "out/chart.png" || chart.Encoding != exec.EncodingBase64 || int64(len(b)) != chart.Size {
+			if err != nil || chart.Path != "out/chart.png" || chart.Encoding != wire.EncodingBase64 || int64(len(b)) != chart.Size {
 				t.Fatalf("chart: %s, %d bytes, %v", chart.Path, len(b), err)
 			}
 			img, err := png.Decode(bytes.NewReader(b))
@@ -104,7 +103,7 @@ print(open('leak.txt').readline().split(':')[0])
 		Setup(withService).
 		Assess("symlinks and a FIFO", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			timeout := 20
-			res := executeRequest(ctx, t, service(ctx), api.ExecuteRequest{Code: code, TimeoutS: &timeout,
+			res := executeRequest(ctx, t, service(ctx), wire.ExecuteRequest{Code: code, TimeoutS: &timeout,
 				Outputs: []string{"*.txt", "etc/*", "**"}})
 			if res.ExitCode != 0 || res.Stdout != "root\n" {
 				t.Fatalf("control: the snippet did not read /etc/passwd through its link: exit %d, stdout %q, stderr %q",

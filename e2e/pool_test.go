@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Deadlines of the pool tests. A sandbox pod takes a few seconds from create
@@ -148,7 +148,7 @@ func metricValues(ctx context.Context, t *testing.T, base string, names ...strin
 // reply is one answer of POST /v1/execute as the client saw it: a result,
 // or the service's error.
 type reply struct {
-	res  api.Result
+	res  wire.Result
 	err  *client.Error // nil when the service answered with a result
 	took time.Duration
 }
@@ -181,11 +181,11 @@ func (r reply) String() string {
 // retries of execute: these tests judge the answer itself. It does not call
 // t, so a goroutine may use it.
 func post(ctx context.Context, base, code string, timeoutS int) (reply, error) {
-	return postRequest(ctx, base, api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+	return postRequest(ctx, base, wire.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
 }
 
 // postRequest is post for a whole request (files, outputs).
-func postRequest(ctx context.Context, base string, req api.ExecuteRequest) (reply, error) {
+func postRequest(ctx context.Context, base string, req wire.ExecuteRequest) (reply, error) {
 	cl, err := client.New(base)
 	if err != nil {
 		return reply{}, err

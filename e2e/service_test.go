@@ -16,20 +16,20 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // execute posts one snippet to the service at base, retrying while the
 // service says it has no capacity (a warm pool refilling), until ctx ends.
-func execute(ctx context.Context, t *testing.T, base, code string, timeoutS int) api.Result {
+func execute(ctx context.Context, t *testing.T, base, code string, timeoutS int) wire.Result {
 	t.Helper()
-	return executeRequest(ctx, t, base, api.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
+	return executeRequest(ctx, t, base, wire.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
 }
 
 // executeRequest is execute for a whole request (files, outputs); its
 // TimeoutS must be set.
-func executeRequest(ctx context.Context, t *testing.T, base string, req api.ExecuteRequest) api.Result {
+func executeRequest(ctx context.Context, t *testing.T, base string, req wire.ExecuteRequest) wire.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(*req.TimeoutS)*time.Second+90*time.Second)
 	defer cancel()
@@ -92,7 +92,7 @@ func TestNoReuse(t *testing.T) {
 		Assess("different sandbox_ids, first pod deleted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			first := execute(ctx, t, service(ctx), hostnameCode, 20)
 			second := execute(ctx, t, service(ctx), hostnameCode, 20)
-			for i, r := range []api.Result{first, second} {
+			for i, r := range []wire.Result{first, second} {
 				if r.ExitCode != 0 || r.SandboxID == "" {
 					t.Fatalf("run %d: exit %d, sandbox_id %q, stderr %q", i+1, r.ExitCode, r.SandboxID, r.Stderr)
 				}

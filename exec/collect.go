@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"unicode/utf8"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Reading a run's files out.
@@ -29,7 +31,7 @@ import (
 // is skipped). The walk's work is bounded: its depth, the entries it reads,
 // the files it lists and the bytes it reads (the constants in outputs.go).
 
-// Why a matching entry was not read, as OutputFile.Skipped says it.
+// Why a matching entry was not read, as wire.OutputFile.Skipped says it.
 const (
 	skipSymlink   = "symlink"
 	skipFIFO      = "fifo"
@@ -53,7 +55,7 @@ var collectHook func(stage string, dirfd int, name string)
 // the bounds). owner, when not negative, is the run's uid: a file owned by
 // anyone else is skipped rather than read. dir stays open; every process
 // that could write to it should be dead.
-func CollectOutputs(dir *os.File, patterns []string, owner int) (files []OutputFile, incomplete bool) {
+func CollectOutputs(dir *os.File, patterns []string, owner int) (files []wire.OutputFile, incomplete bool) {
 	if len(patterns) == 0 {
 		return nil, false
 	}
@@ -68,7 +70,7 @@ func CollectOutputs(dir *os.File, patterns []string, owner int) (files []OutputF
 type collector struct {
 	m          *matcher
 	owner      int
-	files      []OutputFile
+	files      []wire.OutputFile
 	incomplete bool
 	withData   int   // files with content so far
 	bytes      int64 // their total size
@@ -186,7 +188,7 @@ func (c *collector) entry(dirfd int, p string, e dirent, depth int, match, named
 		if len(next) == 0 {
 			return
 		}
-		if depth+1 > maxOutputDepth || len(p) >= MaxPathLen {
+		if depth+1 > maxOutputDepth || len(p) >= wire.MaxPathLen {
 			c.incomplete = true
 			return
 		}
@@ -209,7 +211,7 @@ func (c *collector) file(fd int, p string, st *syscall.Stat_t) {
 	size := st.Size
 	if c.withData >= MaxOutputFiles || c.bytes+size > MaxOutputBytes {
 		c.incomplete = true
-		c.add(OutputFile{Path: p, Size: size, Omitted: true})
+		c.add(wire.OutputFile{Path: p, Size: size, Omitted: true})
 		return
 	}
 	if collectHook != nil {
@@ -227,8 +229,8 @@ func (c *collector) file(fd int, p string, st *syscall.Stat_t) {
 		c.skip(p, skipChanged)
 		return
 	}
-	content, enc := EncodeContent(b)
-	if c.add(OutputFile{Path: p, Size: size, Content: content, Encoding: enc}) {
+	content, enc := wire.EncodeContent(b)
+	if c.add(wire.OutputFile{Path: p, Size: size, Content: content, Encoding: enc}) {
 		c.withData++
 		c.bytes += size
 	}
@@ -270,7 +272,7 @@ func readExactly(fd int, size int64) ([]byte, error) {
 func (c *collector) full() bool { return len(c.files) >= MaxOutputEntries }
 
 // add lists f if there is room, and reports whether there was.
-func (c *collector) add(f OutputFile) bool {
+func (c *collector) add(f wire.OutputFile) bool {
 	if c.full() {
 		c.incomplete = true
 		return false
@@ -279,7 +281,7 @@ func (c *collector) add(f OutputFile) bool {
 	return true
 }
 
-func (c *collector) skip(p, why string) { c.add(OutputFile{Path: p, Skipped: why}) }
+func (c *collector) skip(p, why string) { c.add(wire.OutputFile{Path: p, Skipped: why}) }
 
 // list reads the entries of the directory open at fd, sorted by name,
 // within what is left of maxOutputScan.
@@ -388,7 +390,7 @@ func errText(err error) string {
 // directory that its init handed over (the tmpfs outlives the run's mount
 // namespace while it is open, and no path of the host leads there), any
 // other run's from its directory.
-func (c *child) outputs(opts Options, patterns []string) ([]OutputFile, bool) {
+func (c *child) outputs(opts Options, patterns []string) ([]wire.OutputFile, bool) {
 	if c.sb != nil {
 		if c.sb.workDir == nil {
 			return nil, true

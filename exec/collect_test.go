@@ -11,11 +11,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // collectDir runs CollectOutputs on dir, failing the test if it takes more
 // than a few seconds: nothing a run leaves may make the collector block.
-func collectDir(t *testing.T, dir string, patterns []string, owner int) ([]OutputFile, bool) {
+func collectDir(t *testing.T, dir string, patterns []string, owner int) ([]wire.OutputFile, bool) {
 	t.Helper()
 	d, err := os.Open(dir)
 	if err != nil {
@@ -23,7 +25,7 @@ func collectDir(t *testing.T, dir string, patterns []string, owner int) ([]Outpu
 	}
 	defer d.Close()
 	type answer struct {
-		files      []OutputFile
+		files      []wire.OutputFile
 		incomplete bool
 	}
 	done := make(chan answer, 1)
@@ -51,9 +53,9 @@ func write(t *testing.T, path, content string) {
 }
 
 // byPath indexes a listing, failing on a path listed twice.
-func byPath(t *testing.T, files []OutputFile) map[string]OutputFile {
+func byPath(t *testing.T, files []wire.OutputFile) map[string]wire.OutputFile {
 	t.Helper()
-	m := map[string]OutputFile{}
+	m := map[string]wire.OutputFile{}
 	for _, f := range files {
 		if _, dup := m[f.Path]; dup {
 			t.Fatalf("%q listed twice", f.Path)
@@ -63,7 +65,7 @@ func byPath(t *testing.T, files []OutputFile) map[string]OutputFile {
 	return m
 }
 
-func paths(files []OutputFile) []string {
+func paths(files []wire.OutputFile) []string {
 	var ps []string
 	for _, f := range files {
 		ps = append(ps, f.Path)
@@ -84,7 +86,7 @@ func hostSecret(t *testing.T) (path, content string) {
 }
 
 // noSecret fails the test when any listed content holds secret.
-func noSecret(t *testing.T, files []OutputFile, secret string) {
+func noSecret(t *testing.T, files []wire.OutputFile, secret string) {
 	t.Helper()
 	for _, f := range files {
 		if b, err := f.Bytes(); err == nil && bytes.Contains(b, []byte(secret)) {
@@ -110,13 +112,13 @@ func TestCollectOutputs(t *testing.T) {
 		t.Fatalf("listed %q, want %q (sorted, each directory where its name falls)", got, want)
 	}
 	m := byPath(t, files)
-	if f := m["a.bin"]; f.Encoding != EncodingBase64 || f.Content != "AP8=" || f.Size != 2 {
+	if f := m["a.bin"]; f.Encoding != wire.EncodingBase64 || f.Content != "AP8=" || f.Size != 2 {
 		t.Errorf("a.bin: %+v", f)
 	}
-	if f := m["b.txt"]; f.Encoding != EncodingUTF8 || f.Content != "text <b>\n" || f.Size != 9 {
+	if f := m["b.txt"]; f.Encoding != wire.EncodingUTF8 || f.Content != "text <b>\n" || f.Size != 9 {
 		t.Errorf("b.txt: %+v", f)
 	}
-	if f := m["empty.txt"]; f.Encoding != EncodingUTF8 || f.Content != "" || f.Omitted || f.Skipped != "" {
+	if f := m["empty.txt"]; f.Encoding != wire.EncodingUTF8 || f.Content != "" || f.Omitted || f.Skipped != "" {
 		t.Errorf("empty.txt: %+v", f)
 	}
 	// A directory named by a pattern's last component is said to be one.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // RunInImage runs job.Code like Run, with the same limits, deadline,
@@ -14,17 +16,17 @@ import (
 // directory's modules are importable, as a tool in an agent's image expects.
 // Tool calls use it; the code is the service's own call shim, never the
 // caller's. Job.Files must be empty: a tool's inputs are its arguments.
-func RunInImage(ctx context.Context, job Job, opts Options) (Result, error) {
+func RunInImage(ctx context.Context, job Job, opts Options) (wire.Result, error) {
 	if len(job.Files) > 0 {
-		return Result{}, fmt.Errorf("%w: files are not taken here", ErrInvalidJob)
+		return wire.Result{}, fmt.Errorf("%w: files are not taken here", ErrInvalidJob)
 	}
 	su, err := prepare(job, &opts)
 	if err != nil {
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	defer os.Remove(su.snippet)
 	if err := becomeSubreaper(); err != nil {
-		return Result{}, fmt.Errorf("run: %w", err)
+		return wire.Result{}, fmt.Errorf("run: %w", err)
 	}
 	return start(ctx, opts, su.timeout, su.python, openArgs(pythonArgs(opts, su.snippet, -1)), su.env, nil)
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // spawnTree starts the processes a snippet may leave behind and writes their
@@ -92,7 +94,7 @@ func assertDead(t *testing.T, dir string) {
 // TestConcurrentRunsKeepTheirChildren checks that one run's sweep leaves a
 // concurrent run alone: the local backend runs several in one process.
 func TestConcurrentRunsKeepTheirChildren(t *testing.T) {
-	long := make(chan Result, 1)
+	long := make(chan wire.Result, 1)
 	go func() {
 		res, err := Run(t.Context(), Job{Code: `import subprocess, sys, time
 p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5); print('child done')"])
@@ -406,7 +408,7 @@ func TestKilledInterpreterBeforeItsJobDoesNotHoldTheAnswer(t *testing.T) {
 		}
 		const timeout = time.Second
 		type answer struct {
-			res Result
+			res wire.Result
 			err error
 		}
 		answered := make(chan answer, 1)

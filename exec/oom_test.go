@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // TestCgroupOOM runs a memory bomb in a memory cgroup of its own and checks
@@ -73,7 +75,7 @@ func TestCgroupOOM(t *testing.T) {
 		t.Fatalf("helper: %v\n%s", err, out.String())
 	}
 	_, js, ok := strings.Cut(out.String(), "RESULT ")
-	var res Result
+	var res wire.Result
 	if !ok || json.Unmarshal([]byte(strings.SplitN(js, "\n", 2)[0]), &res) != nil {
 		t.Fatalf("no result from the helper:\n%s", out.String())
 	}

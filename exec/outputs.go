@@ -1,17 +1,15 @@
 package exec
 
 import (
-	"bytes"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Files out: a job names patterns (Job.Outputs), and after the run the
-// files of its working directory that match come back in the Result, read
+// files of its working directory that match come back in the wire.Result, read
 // by CollectOutputs (collect.go), within these bounds.
 const (
 	// MaxOutputPatterns bounds Job.Outputs: every directory entry walked is
@@ -22,7 +20,7 @@ const (
 	MaxOutputFiles = 100
 	// MaxOutputBytes bounds the content of those files in all: a chart or
 	// a result table fits many times over, and the answer that carries it
-	// (at most twice this once encoded, see EncodeContent) is held in
+	// (at most twice this once encoded, see wire.EncodeContent) is held in
 	// memory by the runner and by serve while it is sent.
 	MaxOutputBytes = 10 << 20
 	// MaxOutputEntries bounds the listing: files with content, omitted and
@@ -41,118 +39,16 @@ const (
 	MaxOutputComponents = 256
 )
 
-// OutputFile is a file of the working directory that matched Job.Outputs.
-// Exactly one of three things: its content (Content and Encoding set),
-// omitted (over the bounds: Omitted, with its Size), or skipped (not a
-// regular file of the run's, never read: Skipped says why).
-type OutputFile struct {
-	// Path is relative to the working directory, slash-separated.
-	Path string `json:"path"`
-	// Size is the file's size in bytes; 0 for a skipped entry.
-	Size int64 `json:"size"`
-	// Content is the file's bytes in Encoding (see EncodeContent).
-	Content  string `json:"content"`
-	Encoding string `json:"encoding"`
-	// Omitted: the file is a match, but the bounds had no room for it.
-	Omitted bool `json:"omitted,omitempty"`
-	// Skipped names why a match was not read: "symlink", "fifo",
-	// "socket", "device", "directory", and a few more (see collect.go).
-	Skipped string `json:"skipped,omitempty"`
-}
-
-// MarshalJSON leaves content and encoding out of an entry that has none,
-// so that no client takes an omitted or skipped file for an empty one, and
-// leaves HTML characters unescaped, as the answer around it does.
-func (f OutputFile) MarshalJSON() ([]byte, error) {
-	var v any
-	switch {
-	case f.Omitted:
-		v = struct {
-			Path    string `json:"path"`
-			Size    int64  `json:"size"`
-			Omitted bool   `json:"omitted"`
-		}{f.Path, f.Size, true}
-	case f.Skipped != "":
-		v = struct {
-			Path    string `json:"path"`
-			Skipped string `json:"skipped"`
-		}{f.Path, f.Skipped}
-	default:
-		type plain OutputFile // without this method
-		v = plain(f)
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// Bytes returns the file's content decoded, or an error when the entry has
-// none (omitted or skipped) or its encoding is unknown.
-func (f OutputFile) Bytes() ([]byte, error) {
-	switch {
-	case f.Omitted:
-		return nil, fmt.Errorf("%s: omitted (%d bytes, over the bounds)", f.Path, f.Size)
-	case f.Skipped != "":
-		return nil, fmt.Errorf("%s: skipped (%s)", f.Path, f.Skipped)
-	case f.Encoding == EncodingBase64:
-		return base64.StdEncoding.DecodeString(f.Content)
-	case f.Encoding == EncodingUTF8 || f.Encoding == "":
-		return []byte(f.Content), nil
-	}
-	return nil, fmt.Errorf("%s: unknown encoding %q", f.Path, f.Encoding)
-}
-
-// Encodings of file content on the wire.
-const (
-	EncodingUTF8   = "utf-8"
-	EncodingBase64 = "base64"
-)
-
-// EncodeContent is the wire form of a file's content: the text itself when
-// it is valid UTF-8 and escaping it for JSON does not double it, else
-// base64. So every byte survives JSON, text stays readable, and a file of
-// control characters (six bytes each once escaped) cannot grow an answer
-// more than twofold.
-func EncodeContent(b []byte) (content, encoding string) {
-	if utf8.Valid(b) && jsonStringLen(b) <= 2*len(b) {
-		return string(b), EncodingUTF8
-	}
-	return base64.StdEncoding.EncodeToString(b), EncodingBase64
-}
-
-// jsonStringLen is the length of valid UTF-8 b as the inside of a JSON
-// string, as encoding/json writes it without HTML escaping.
-func jsonStringLen(b []byte) int {
-	n := 0
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		b = b[size:]
-		switch {
-		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
-			n += 2
-		case r < 0x20 || r == '\u2028' || r == '\u2029':
-			n += 6
-		default:
-			n += size
-		}
-	}
-	return n
-}
-
 // doubleStar is the pattern component that matches any number of
 // directories, none included.
 const doubleStar = "**"
 
 // ValidatePattern reports whether p may name outputs: a path as
-// ValidatePath allows (so no pattern can reach outside the working
+// wire.ValidatePath allows (so no pattern can reach outside the working
 // directory), whose components are path.Match patterns ("*.png",
 // "run-?.csv", "[ab].txt") or "**", any number of directories.
 func ValidatePattern(p string) error {
-	return checkRelative(p, "pattern", func(c string) error {
+	return wire.CheckRelative(p, "pattern", func(c string) error {
 		if _, err := path.Match(c, ""); err != nil {
 			return fmt.Errorf("bad component %q: %w", c, err)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // outputsCode writes output files, then plants what a hostile snippet
@@ -61,10 +63,10 @@ func TestSandboxOutputs(t *testing.T) {
 			t.Errorf("%s: %+v, want skipped %q", name, f, why)
 		}
 	}
-	if f := m["out/r.csv"]; f.Content != "a,b\n1,2\n" || f.Encoding != EncodingUTF8 {
+	if f := m["out/r.csv"]; f.Content != "a,b\n1,2\n" || f.Encoding != wire.EncodingUTF8 {
 		t.Errorf("out/r.csv: %+v", f)
 	}
-	if b, err := m["chart.png"].Bytes(); err != nil || len(b) != 256 || m["chart.png"].Encoding != EncodingBase64 {
+	if b, err := m["chart.png"].Bytes(); err != nil || len(b) != 256 || m["chart.png"].Encoding != wire.EncodingBase64 {
 		t.Errorf("chart.png: %d bytes, %v", len(b), err)
 	}
 	if m["out/d/deep.txt"].Content != "deep" {

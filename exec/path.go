@@ -6,6 +6,8 @@ import (
 	"os"
 	"path"
 	"strings"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Bounds on Job.Files.
@@ -17,53 +19,7 @@ const (
 	// (1 MiB) is the usual bound; this one protects callers of Run that do
 	// not go through the API, and stays well inside a pod's emptyDir.
 	MaxFilesBytes = 16 << 20
-	// MaxPathLen bounds a whole path: far above real use, and leaves room
-	// under PATH_MAX (4096) for the working directory's own prefix.
-	MaxPathLen = 1024
-	// MaxNameLen is NAME_MAX, the kernel's limit on one path component.
-	MaxNameLen = 255
 )
-
-// ValidatePath reports whether p may name an input file: a relative,
-// slash-separated path that stays inside the working directory. It rejects
-// the empty path, absolute paths, "." and ".." components, empty components
-// (a doubled or trailing slash), NUL bytes, and names over MaxNameLen or paths
-// over MaxPathLen. Symlinks are checked when the file is written.
-func ValidatePath(p string) error {
-	return checkRelative(p, "file path", nil)
-}
-
-// checkRelative holds the rules of ValidatePath for anything that names a
-// place inside the working directory (noun says what, in messages); each,
-// when not nil, checks every component further.
-func checkRelative(p, noun string, each func(c string) error) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("%s is empty", noun)
-	case len(p) > MaxPathLen:
-		return fmt.Errorf("%s is %d bytes, over the limit of %d", noun, len(p), MaxPathLen)
-	case strings.IndexByte(p, 0) >= 0:
-		return fmt.Errorf("%s %q contains a NUL byte", noun, p)
-	case strings.HasPrefix(p, "/"):
-		return fmt.Errorf("%s %q is absolute; paths are relative to the working directory", noun, p)
-	}
-	for c := range strings.SplitSeq(p, "/") {
-		switch {
-		case c == "":
-			return fmt.Errorf("%s %q has an empty component", noun, p)
-		case c == "." || c == "..":
-			return fmt.Errorf("%s %q has a %q component", noun, p, c)
-		case len(c) > MaxNameLen:
-			return fmt.Errorf("%s %q has a component over %d bytes", noun, p, MaxNameLen)
-		}
-		if each != nil {
-			if err := each(c); err != nil {
-				return fmt.Errorf("%s %q: %w", noun, p, err)
-			}
-		}
-	}
-	return nil
-}
 
 // checkFiles validates every file of a job before anything is written, so a
 // bad job changes nothing.
@@ -74,7 +30,7 @@ func checkFiles(files []File) error {
 	total := 0
 	seen := make(map[string]bool, len(files))
 	for _, f := range files {
-		if err := ValidatePath(f.Path); err != nil {
+		if err := wire.ValidatePath(f.Path); err != nil {
 			return err
 		}
 		if seen[f.Path] {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Pre-started runs.
@@ -160,19 +162,19 @@ func (p *Interp) Pid() int { return p.c.pid }
 // bounded output and all. The timeout starts when the code is sent. Run
 // answers an interpreter that ended before it took the job with an error
 // wrapping ErrNotTaken; one that did not take it by the deadline timed out.
-func (p *Interp) Run(ctx context.Context, job Job) (Result, error) {
+func (p *Interp) Run(ctx context.Context, job Job) (wire.Result, error) {
 	p.mu.Lock()
 	switch {
 	case p.used:
 		p.mu.Unlock()
-		return Result{}, errors.New("run: this interpreter has had its job")
+		return wire.Result{}, errors.New("run: this interpreter has had its job")
 	case p.closed:
 		err := p.closeErr
 		p.mu.Unlock()
 		if err == nil {
 			err = fmt.Errorf("run: %w: it was closed", ErrNotTaken)
 		}
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	p.used = true
 	p.mu.Unlock()
@@ -184,30 +186,30 @@ func (p *Interp) Run(ctx context.Context, job Job) (Result, error) {
 	return res, err
 }
 
-func (p *Interp) run(ctx context.Context, job Job) (Result, error) {
+func (p *Interp) run(ctx context.Context, job Job) (wire.Result, error) {
 	select {
 	case <-p.lost:
 		p.kill()
-		return Result{}, p.closeErr
+		return wire.Result{}, p.closeErr
 	default:
 	}
 	if err := checkJob(job); err != nil {
 		p.kill()
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	if err := writeFiles(p.opts.Dir, job.Files, p.su.owner); err != nil {
 		p.kill()
 		if isHostFault(err) {
-			return Result{}, fmt.Errorf("run: %w", err)
+			return wire.Result{}, fmt.Errorf("run: %w", err)
 		}
 		// A path through a symlink out of Dir, a file where a directory
 		// must go: the job's fault.
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return wire.Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	var err error
 	if p.su.snippet, err = writeSnippet(job.Code, p.su.owner); err != nil {
 		p.kill()
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	timeout := jobTimeout(job)
 	msg := make([]byte, 0, len(p.su.snippet)+1+len(job.Code))
@@ -236,7 +238,7 @@ func (p *Interp) run(ctx context.Context, job Job) (Result, error) {
 	<-fed
 	<-p.monitored
 	if !isClosed(p.took) && !end.timedOut && !end.cancelled && end.setupErr == nil {
-		return Result{}, fmt.Errorf("run: %w: %s", ErrNotTaken, describeExit(p.c, res.Stderr))
+		return wire.Result{}, fmt.Errorf("run: %w: %s", ErrNotTaken, describeExit(p.c, res.Stderr))
 	}
 	return p.c.judge(ctx, res, end, p.opts, timeout, &job)
 }

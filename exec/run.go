@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // ErrInvalidJob marks a job Run refuses before starting anything: a bad file
@@ -30,20 +32,20 @@ const (
 )
 
 // Run runs job.Code with python3 in opts.Dir and reports what it did. It
-// returns an error, with a Result as complete as it could make, only when it
+// returns an error, with a wire.Result as complete as it could make, only when it
 // could not run the job (an invalid job wraps ErrInvalidJob) or ctx ended
-// first; the snippet failing is a Result with a non-zero ExitCode.
+// first; the snippet failing is a wire.Result with a non-zero ExitCode.
 //
 // When Run returns, every process the snippet started is dead, whether it
 // timed out or exited; in a PID namespace's init, killed and perhaps still
 // exiting (see deathGrace), never able to run its code again.
-// Result.SandboxID is left for the caller.
-func Run(ctx context.Context, job Job, opts Options) (Result, error) {
+// wire.Result.SandboxID is left for the caller.
+func Run(ctx context.Context, job Job, opts Options) (wire.Result, error) {
 	if opts.Sandbox != nil {
 		return runSandboxed(ctx, job, opts)
 	}
 	if err := checkJob(job); err != nil {
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	// A run started for its job is a pre-started one that is handed the job
 	// at once: one way in for the code, so that what a snippet sees cannot
@@ -51,7 +53,7 @@ func Run(ctx context.Context, job Job, opts Options) (Result, error) {
 	// python3 starts.
 	p, err := Prestart(opts)
 	if err != nil {
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	defer p.Close()
 	return p.Run(ctx, job)
@@ -71,12 +73,12 @@ func checkJob(job Job) error {
 
 // runSandboxed is Run for an isolated run: the init writes the code and the
 // files inside the sandbox, so nothing is written on the host.
-func runSandboxed(ctx context.Context, job Job, opts Options) (Result, error) {
+func runSandboxed(ctx context.Context, job Job, opts Options) (wire.Result, error) {
 	if err := checkSandbox(opts.Sandbox); err != nil {
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	if err := checkJob(job); err != nil {
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	timeout := jobTimeout(job)
 	opts.Dir = SandboxDir
@@ -86,10 +88,10 @@ func runSandboxed(ctx context.Context, job Job, opts Options) (Result, error) {
 	}
 	python, err := findPython(opts.Python, env)
 	if err != nil {
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	if err := becomeSubreaper(); err != nil {
-		return Result{}, fmt.Errorf("run: %w", err)
+		return wire.Result{}, fmt.Errorf("run: %w", err)
 	}
 	return start(ctx, opts, timeout, python, pythonArgs(opts, sandboxSnippet, -1), env, &job)
 }
@@ -173,12 +175,12 @@ func writeSnippet(code string, owner *[2]int) (string, error) {
 	return f.Name(), nil
 }
 
-// start runs the prepared child to completion and builds the Result. job is
+// start runs the prepared child to completion and builds the wire.Result. job is
 // set for a snippet (an isolated run's init gets it); nil for a tool call.
-func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, job *Job) (Result, error) {
+func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, job *Job) (wire.Result, error) {
 	c, err := spawn(opts, python, args, env, job, nil)
 	if err != nil {
-		return Result{}, err
+		return wire.Result{}, err
 	}
 	return c.finish(ctx, timeout, opts, job)
 }
@@ -186,7 +188,7 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 // finish is a started child's life after its spawn, in four steps: wait for
 // it and kill what is left, collect its output, classify how it ended, and
 // take what it left behind (its usage, its output files).
-func (c *child) finish(ctx context.Context, timeout time.Duration, opts Options, job *Job) (Result, error) {
+func (c *child) finish(ctx context.Context, timeout time.Duration, opts Options, job *Job) (wire.Result, error) {
 	if c.sb != nil {
 		// Runs after the sweep: the cgroups are empty by then.
 		defer c.sb.close()
@@ -198,9 +200,9 @@ func (c *child) finish(ctx context.Context, timeout time.Duration, opts Options,
 
 // judge classifies a collected run, adds what it left behind, and turns how
 // it ended into Run's error.
-func (c *child) judge(ctx context.Context, res Result, end ending, opts Options, timeout time.Duration, job *Job) (Result, error) {
+func (c *child) judge(ctx context.Context, res wire.Result, end ending, opts Options, timeout time.Duration, job *Job) (wire.Result, error) {
 	if end.setupErr != nil {
-		return Result{}, end.setupErr
+		return wire.Result{}, end.setupErr
 	}
 	if err := classify(&res, c, end, opts, timeout); err != nil {
 		return res, err
@@ -425,23 +427,23 @@ func (c *child) awaitLeader(by time.Time) (waitErr error, reaped bool) {
 	}
 }
 
-// collect waits for the output to be drained and returns it as a Result.
-func (c *child) collect(end ending) Result {
+// collect waits for the output to be drained and returns it as a wire.Result.
+func (c *child) collect(end ending) wire.Result {
 	c.readers.Wait()
 	c.outR.Close()
 	c.errR.Close()
-	return Result{
+	return wire.Result{Process: wire.Process{
 		Stdout:          c.stdout.String("stdout"),
 		Stderr:          c.stderr.String("stderr"),
 		DurationMS:      end.duration.Milliseconds(),
 		StdoutTruncated: c.stdout.truncated(),
 		StderrTruncated: c.stderr.truncated(),
-	}
+	}}
 }
 
 // classify fills in how the run ended: its exit code, a timeout, or an
 // out-of-memory death, from the kernel's own evidence where there is some.
-func classify(res *Result, c *child, end ending, opts Options, timeout time.Duration) error {
+func classify(res *wire.Result, c *child, end ending, opts Options, timeout time.Duration) error {
 	var ws syscall.WaitStatus
 	if ps := c.state(end); ps != nil {
 		ws, _ = ps.Sys().(syscall.WaitStatus)

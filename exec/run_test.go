@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // run runs code in a fresh directory with a short timeout.
-func run(t *testing.T, job Job, opts Options) Result {
+func run(t *testing.T, job Job, opts Options) wire.Result {
 	t.Helper()
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()

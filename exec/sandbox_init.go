@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // The run's init: the process between serve and python3 in an isolated run.
@@ -155,7 +157,7 @@ func readJob(r io.Reader) (initConfig, []File, error) {
 		if err := binary.Read(r, binary.LittleEndian, &pl); err != nil {
 			return cfg, nil, err
 		}
-		if pl > MaxPathLen {
+		if pl > wire.MaxPathLen {
 			return cfg, nil, fmt.Errorf("path of %d bytes", pl)
 		}
 		p := make([]byte, pl)
@@ -323,7 +325,7 @@ func populate(cfg initConfig, files []File) error {
 	defer root.Close()
 	owner := &[2]int{uid, gid}
 	for _, f := range files {
-		if err := ValidatePath(f.Path); err != nil {
+		if err := wire.ValidatePath(f.Path); err != nil {
 			return &initError{job: true, err: err}
 		}
 		if d := path.Dir(f.Path); d != "." {

@@ -5,9 +5,11 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
-// Usage is what a run's processes used, as the kernel counted it.
+// How a run's wire.Usage is counted.
 //
 // CPU time and peak memory come from the resource usage the kernel reports
 // when a process is reaped, which includes everything that process had
@@ -44,15 +46,6 @@ import (
 // namespace's last PID after the run less python3's, plus one, less the
 // runner's own threads started meanwhile. The local backend cannot read the last PID of
 // a run's namespace (the kernel shows only the reader's own), and reports 0.
-type Usage struct {
-	// CPUMS is the user and system CPU time of the run's processes.
-	CPUMS int64 `json:"cpu_ms"`
-	// MaxRSSKiB is the peak resident memory of its largest process.
-	MaxRSSKiB int64 `json:"max_rss_kib"`
-	// Processes is how many processes and threads it started; 0 where
-	// that is not known.
-	Processes int64 `json:"processes"`
-}
 
 // usageBase is what the counters said before the run's first process.
 type usageBase struct {
@@ -76,8 +69,8 @@ func usageBaseline() usageBase {
 
 // measure returns the run's usage once every process of it has been
 // reaped; ps is its first process's, nil when it never started.
-func (b usageBase) measure(ps *os.ProcessState) Usage {
-	var u Usage
+func (b usageBase) measure(ps *os.ProcessState) wire.Usage {
+	var u wire.Usage
 	var ru syscall.Rusage
 	switch {
 	case b.init:

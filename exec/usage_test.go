@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // usageCode burns a known amount of CPU in three child processes and in an
@@ -32,7 +34,7 @@ print('done')
 
 // checkUsage asserts the CPU of every process (0.5 s at least) and the
 // 64 MiB are counted.
-func checkUsage(t *testing.T, res Result) {
+func checkUsage(t *testing.T, res wire.Result) {
 	t.Helper()
 	if res.ExitCode != 0 || res.Stdout != "done\n" {
 		t.Fatalf("the snippet failed: %+v", res)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sbexec "github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // The attack tests: runs that try to reach a concurrent or a later run, or
@@ -80,12 +81,12 @@ func sigCaught(status string, sig syscall.Signal) bool {
 }
 
 // background runs job on b in a goroutine; wait returns its result.
-func background(t *testing.T, b *Backend, job sbexec.Job) (wait func() sbexec.Result) {
-	var res sbexec.Result
+func background(t *testing.T, b *Backend, job sbexec.Job) (wait func() wire.Result) {
+	var res wire.Result
 	var err error
 	var wg sync.WaitGroup
 	wg.Go(func() { res, err = b.Execute(context.Background(), job) })
-	return func() sbexec.Result {
+	return func() wire.Result {
 		wg.Wait()
 		if err != nil {
 			t.Fatalf("background run: %v", err)

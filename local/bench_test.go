@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/local"
 	"github.com/sandboxd/sandbox/server"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // BenchmarkLocalAPI measures POST /v1/execute of print(1) against the local
@@ -56,7 +56,7 @@ func BenchmarkLocalAPI(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := api.ExecuteRequest{Code: "print(1)"}
+	req := wire.ExecuteRequest{Code: "print(1)"}
 
 	for _, conc := range []int{1, 8} {
 		b.Run(fmt.Sprintf("concurrency-%d", conc), func(b *testing.B) {
@@ -113,7 +113,7 @@ func BenchmarkServeIsolationCost(b *testing.B) {
 	}
 	sandboxed := startServe(b, bin)
 	plain := startServe(b, bin, "--isolation", local.IsolationNone)
-	req := api.ExecuteRequest{Code: "print(1)"}
+	req := wire.ExecuteRequest{Code: "print(1)"}
 	one := func(cl *client.Client) time.Duration {
 		start := time.Now()
 		res, err := cl.Execute(context.Background(), req)

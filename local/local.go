@@ -28,6 +28,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Isolation modes.
@@ -132,20 +133,20 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 }
 
 // Execute runs job in a fresh sandbox once a slot is free.
-func (b *Backend) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
+func (b *Backend) Execute(ctx context.Context, job exec.Job) (wire.Result, error) {
 	if err := b.acquire(ctx); err != nil {
-		return exec.Result{}, err
+		return wire.Result{}, err
 	}
 	defer b.release()
 	res, err := b.run(ctx, job, b.iso)
 	if errors.Is(err, exec.ErrInvalidJob) {
-		return exec.Result{}, api.Errorf(http.StatusBadRequest, "%v", err)
+		return wire.Result{}, api.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	return res, err
 }
 
 // run is one execution under iso, with a fresh id.
-func (b *Backend) run(ctx context.Context, job exec.Job, iso isolation) (exec.Result, error) {
+func (b *Backend) run(ctx context.Context, job exec.Job, iso isolation) (wire.Result, error) {
 	opts := exec.Options{
 		Python:    b.opts.Python,
 		MaxOutput: b.opts.MaxOutput,
@@ -165,7 +166,7 @@ func (b *Backend) run(ctx context.Context, job exec.Job, iso isolation) (exec.Re
 	} else {
 		dir, err := os.MkdirTemp(b.base, "run-")
 		if err != nil {
-			return exec.Result{}, fmt.Errorf("local backend: %w", err)
+			return wire.Result{}, fmt.Errorf("local backend: %w", err)
 		}
 		defer b.removeAll(dir)
 		opts.Dir = dir
@@ -177,7 +178,7 @@ func (b *Backend) run(ctx context.Context, job exec.Job, iso isolation) (exec.Re
 		if iso.ownUID {
 			opts.Credential = &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
 			if err := os.Chmod(dir, 0o700); err != nil {
-				return exec.Result{}, fmt.Errorf("local backend: %w", err)
+				return wire.Result{}, fmt.Errorf("local backend: %w", err)
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	sbexec "github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func requirePython(t testing.TB) {
@@ -40,7 +41,7 @@ func newBackend(t testing.TB, opts Options) *Backend {
 	return b
 }
 
-func run(t *testing.T, b *Backend, code string) sbexec.Result {
+func run(t *testing.T, b *Backend, code string) wire.Result {
 	t.Helper()
 	res, err := b.Execute(context.Background(), sbexec.Job{Code: code, Timeout: 20 * time.Second})
 	if err != nil {

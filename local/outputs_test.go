@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sbexec "github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // TestOutputsThroughTheBackend: a sandboxed run's output files come back
@@ -32,9 +33,9 @@ func TestOutputsThroughTheBackend(t *testing.T) {
 	if strings.Contains(got, "host-secret") {
 		t.Fatalf("the secret came back: %s", got)
 	}
-	want := []sbexec.OutputFile{
+	want := []wire.OutputFile{
 		{Path: "leak.csv", Skipped: "symlink"},
-		{Path: "r.csv", Size: 4, Content: "a\n1\n", Encoding: sbexec.EncodingUTF8},
+		{Path: "r.csv", Size: 4, Content: "a\n1\n", Encoding: wire.EncodingUTF8},
 	}
 	if fmt.Sprint(res.Files) != fmt.Sprint(want) || res.FilesIncomplete {
 		t.Errorf("files %s (incomplete %v), want %+v", got, res.FilesIncomplete, want)

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Exit codes of `sandbox exec` that are not the snippet's own.
@@ -106,48 +107,48 @@ func (c *ExecCmd) Run(d *Deps) error {
 }
 
 // request builds the body from the flags; stdin backs "-".
-func (c *ExecCmd) request(stdin io.Reader) (api.ExecuteRequest, error) {
+func (c *ExecCmd) request(stdin io.Reader) (wire.ExecuteRequest, error) {
 	code := c.Code
 	switch c.Source {
 	case "":
 	case "-":
 		b, err := io.ReadAll(stdin)
 		if err != nil {
-			return api.ExecuteRequest{}, fmt.Errorf("read code from standard input: %w", err)
+			return wire.ExecuteRequest{}, fmt.Errorf("read code from standard input: %w", err)
 		}
 		code = string(b)
 	default:
 		b, err := os.ReadFile(c.Source)
 		if err != nil {
-			return api.ExecuteRequest{}, fmt.Errorf("read code: %w", err)
+			return wire.ExecuteRequest{}, fmt.Errorf("read code: %w", err)
 		}
 		code = string(b)
 	}
-	timeout := api.TimeoutS(c.Timeout)
+	timeout := wire.TimeoutS(c.Timeout)
 	if c.Timeout == 0 {
 		timeout = api.DefaultTimeoutS
 	}
-	req := api.ExecuteRequest{Code: code, TimeoutS: &timeout, Outputs: c.Outputs}
+	req := wire.ExecuteRequest{Code: code, TimeoutS: &timeout, Outputs: c.Outputs}
 	for _, spec := range c.Files {
 		dst, src, ok := strings.Cut(spec, "=")
 		if !ok {
 			src = dst
 		}
 		if dst == "" || src == "" {
-			return api.ExecuteRequest{}, fmt.Errorf("--file %q: want PATH or PATH=LOCAL", spec)
+			return wire.ExecuteRequest{}, fmt.Errorf("--file %q: want PATH or PATH=LOCAL", spec)
 		}
 		b, err := os.ReadFile(src)
 		if err != nil {
-			return api.ExecuteRequest{}, fmt.Errorf("--file %q: %w", spec, err)
+			return wire.ExecuteRequest{}, fmt.Errorf("--file %q: %w", spec, err)
 		}
-		req.Files = append(req.Files, api.FileOf(dst, b))
+		req.Files = append(req.Files, wire.FileOf(dst, b))
 	}
 	return req, nil
 }
 
 // saveOutputs writes the files that came back under --output-dir and says
 // on stderr what did not come back and why. Its error is already reported.
-func (c *ExecCmd) saveOutputs(stderr io.Writer, res api.Result) error {
+func (c *ExecCmd) saveOutputs(stderr io.Writer, res wire.Result) error {
 	if len(c.Outputs) == 0 {
 		return nil
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // CallFlags make `sandbox exec` a tool call: `sandbox exec --call
@@ -35,8 +35,8 @@ func (c *ExecCmd) validateCall() error {
 }
 
 // callRequest builds the body from the flags.
-func (c *ExecCmd) callRequest() (api.CallRequest, error) {
-	req := api.CallRequest{Image: c.Image, Function: c.Function}
+func (c *ExecCmd) callRequest() (wire.CallRequest, error) {
+	req := wire.CallRequest{Image: c.Image, Function: c.Function}
 	for _, f := range []struct {
 		flag, val string
 		dst       *json.RawMessage
@@ -50,7 +50,7 @@ func (c *ExecCmd) callRequest() (api.CallRequest, error) {
 		*f.dst = json.RawMessage(f.val)
 	}
 	if c.Timeout != 0 {
-		t := api.TimeoutS(c.Timeout)
+		t := wire.TimeoutS(c.Timeout)
 		req.TimeoutS = &t
 	}
 	for _, kv := range c.Env {

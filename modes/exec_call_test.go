@@ -11,14 +11,15 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func TestExecCall(t *testing.T) {
-	var got api.CallRequest
-	answer := api.CallResult{SandboxID: "sandbox-tool-a", Result: json.RawMessage(`{"t":3}`), Stdout: "printed\n"}
+	var got wire.CallRequest
+	answer := wire.CallResult{SandboxID: "sandbox-tool-a", Result: json.RawMessage(`{"t":3}`), Process: wire.Process{Stdout: "printed\n"}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		got = api.CallRequest{}
+		got = wire.CallRequest{}
 		json.Unmarshal(b, &got)
 		api.WriteCallResult(w, answer)
 	}))
@@ -34,8 +35,9 @@ func TestExecCall(t *testing.T) {
 		t.Errorf("sent %+v", got)
 	}
 
-	answer = api.CallResult{SandboxID: "sandbox-tool-b", Result: json.RawMessage("null"), ExitCode: 1,
-		Error: &api.CallError{Kind: api.CallRaised, Type: "ValueError", Message: "no", Traceback: "Traceback ...\nValueError: no\n"}}
+	answer = wire.CallResult{SandboxID: "sandbox-tool-b", Result: json.RawMessage("null"),
+		Error: &wire.CallError{Kind: wire.CallRaised, Type: "ValueError", Message: "no", Traceback: "Traceback ...\nValueError: no\n"}, Process: wire.Process{ExitCode: 1},
+	}
 	code, stdout, stderr = runExec(t, srv.URL, "--call", "tools.weather:get", "--image", "agent:dev")
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "ValueError: no") || got.TimeoutS != nil {
 		t.Errorf("raised: exit %d stdout %q stderr %q (timeout sent %v)", code, stdout, stderr, got.TimeoutS)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/modes"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func TestRunCodeFile(t *testing.T) {
@@ -22,7 +22,7 @@ func TestRunCodeFile(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q: the snippet's exit code belongs in the JSON", code, stderr.String())
 	}
-	var res exec.Result
+	var res wire.Result
 	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil {
 		t.Fatalf("stdout is not a result: %v\n%s", err, stdout.String())
 	}
@@ -38,7 +38,7 @@ func TestRunCodeFileTimeout(t *testing.T) {
 	if code := modes.Main([]string{"run", "--code-file", file, "--timeout", "500ms"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
-	var res exec.Result
+	var res wire.Result
 	json.Unmarshal([]byte(stdout.String()), &res)
 	if !res.TimedOut || res.ExitCode != -1 || res.Stderr != "timed out after 0.5s\n" || res.Stdout != "a\n" {
 		t.Errorf("result = %+v", res)
@@ -64,7 +64,7 @@ func TestRunCodeFileWorkdirAsRoot(t *testing.T) {
 	if code := modes.Main([]string{"run", "--code-file", file, "--workdir", dir, "--isolation", "none"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
-	var res exec.Result
+	var res wire.Result
 	json.Unmarshal([]byte(stdout.String()), &res)
 	if res.Stdout != dir+"\n" {
 		t.Errorf("result = %+v, want it run in %s", res, dir)
@@ -97,7 +97,7 @@ func TestRunSnippetEnv(t *testing.T) {
 	if code := modes.Main([]string{"run", "--code-file", file, "--snippet-env", "MPLBACKEND=Agg,OTHER=1"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
-	var res exec.Result
+	var res wire.Result
 	json.Unmarshal([]byte(stdout.String()), &res)
 	if res.Stdout != "Agg True\n" {
 		t.Errorf("result = %+v", res)

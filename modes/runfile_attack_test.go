@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // TestCodeFileAsRootIsolated: `run --code-file` as root isolates the
@@ -40,7 +40,7 @@ func TestCodeFileAsRootIsolated(t *testing.T) {
 		protected bool
 	}{{"auto", true}, {"none", false}} {
 		t.Run("isolation "+tc.isolation, func(t *testing.T) {
-			runFile := func(code string) exec.Result {
+			runFile := func(code string) wire.Result {
 				f := filepath.Join(dir, tc.isolation+strconv.Itoa(len(code))+".py")
 				if err := os.WriteFile(f, []byte(code), 0o644); err != nil {
 					t.Fatal(err)
@@ -50,11 +50,11 @@ func TestCodeFileAsRootIsolated(t *testing.T) {
 				if err := c.runFile(context.Background(), &out); err != nil {
 					t.Errorf("runFile: %v", err)
 				}
-				var res exec.Result
+				var res wire.Result
 				json.Unmarshal(out.Bytes(), &res)
 				return res
 			}
-			var victim exec.Result
+			var victim wire.Result
 			var wg sync.WaitGroup
 			wg.Go(func() { victim = runFile(script("victim.py")) })
 			pid := snippetChild(t)

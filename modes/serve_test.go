@@ -15,7 +15,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // parse parses args into a fresh CLI the way Main does.
@@ -127,7 +127,7 @@ func TestServeAndExec(t *testing.T) {
 func TestExecJSON(t *testing.T) {
 	url := startServe(t)
 	code, stdout, _ := runExec(t, url, "--json", "-c", "import sys; print('hi'); sys.exit(2)")
-	var res api.Result
+	var res wire.Result
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("--json printed %q: %v", stdout, err)
 	}

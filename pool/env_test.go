@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 const testNS = "sandbox"
@@ -237,13 +237,13 @@ func setTerminated(pod *corev1.Pod, reason string, code int32) {
 
 // okRunner answers like `sandbox run` after a successful job.
 func okRunner(w http.ResponseWriter, r *http.Request) {
-	var req api.ExecuteRequest
+	var req wire.ExecuteRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, `{"error":"bad json"}`, http.StatusBadRequest)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(exec.Result{Stdout: "ran: " + req.Code, DurationMS: 7})
+	_ = json.NewEncoder(w).Encode(wire.Result{Process: wire.Process{Stdout: "ran: " + req.Code, DurationMS: 7}})
 }
 
 // breakConn drops the runner's connection without an answer, as a pod that
@@ -285,7 +285,7 @@ func (e *env) claimRecordedPods() []string {
 	return names
 }
 
-func (e *env) execute(code string) (exec.Result, error) {
+func (e *env) execute(code string) (wire.Result, error) {
 	return e.pool.Execute(context.Background(), exec.Job{Code: code, Timeout: 5 * time.Second})
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/weaken"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // runSlack is what a run may take beyond the job's own timeout before the
@@ -49,19 +50,19 @@ const oomStderr = "sandbox: the run exceeded the sandbox memory limit (" + kube.
 
 // Execute runs job in a fresh pod from the pool and deletes the pod after.
 // It implements server.Backend.
-func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
+func (p *Pool) Execute(ctx context.Context, job exec.Job) (wire.Result, error) {
 	p.mu.Lock()
 	if p.closing {
 		p.mu.Unlock()
-		return exec.Result{}, errShuttingDown
+		return wire.Result{}, errShuttingDown
 	}
 	p.inflight.Add(1)
 	p.mu.Unlock()
 	defer p.inflight.Done()
 
-	body, err := api.Encode(api.FromJob(job))
+	body, err := wire.Marshal(api.FromJob(job))
 	if err != nil {
-		return exec.Result{}, err
+		return wire.Result{}, err
 	}
 	deadline := time.Now().Add(p.opts.Wait)
 	var lastErr error
@@ -78,7 +79,7 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 				// the operator's to read.
 				p.log.Warn("pool wait ran out after the claimed pods' runners could not be reached", "err", lastErr)
 			}
-			return exec.Result{}, err
+			return wire.Result{}, err
 		}
 		log := p.log.With("pod", pod.Name)
 		log.Debug("claimed sandbox pod", "wait", time.Since(start))
@@ -108,9 +109,9 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 	unsealed := p.sealErrorLocked()
 	p.mu.Unlock()
 	if unsealed != nil {
-		return exec.Result{}, unsealed
+		return wire.Result{}, unsealed
 	}
-	return exec.Result{}, &api.Error{
+	return wire.Result{}, &api.Error{
 		Status: http.StatusBadGateway,
 		Msg:    fmt.Sprintf("no sandbox runner could be reached: %v", lastErr),
 	}
@@ -124,7 +125,7 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
 // burst of such refusals would use up a request's pods. Nothing reached the
 // runner, so a second connection is still its one job. Only a refusal is
 // tried again: a connection that timed out has already cost dialTimeout.
-func (p *Pool) deliver(ctx context.Context, pod *corev1.Pod, job exec.Job, body []byte) (exec.Result, error) {
+func (p *Pool) deliver(ctx context.Context, pod *corev1.Pod, job exec.Job, body []byte) (wire.Result, error) {
 	pause := redialPause
 	for i := 0; ; i++ {
 		res, err := p.runOn(ctx, pod, job, body)
@@ -146,7 +147,7 @@ func (p *Pool) deliver(ctx context.Context, pod *corev1.Pod, job exec.Job, body 
 
 // runOn sends job to the runner of pod and reads its answer. A pod that dies
 // during the run is judged from its status (see verdict).
-func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []byte) (exec.Result, error) {
+func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []byte) (wire.Result, error) {
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(p.opts.Pod.RunnerPort)))
 	timeout := job.Timeout
 	if timeout <= 0 {
@@ -174,7 +175,7 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	})
 	req, err := http.NewRequestWithContext(traced, http.MethodPost, "http://"+addr+"/v1/execute", bytes.NewReader(body))
 	if err != nil {
-		return exec.Result{}, fmt.Errorf("build runner request: %w", err)
+		return wire.Result{}, fmt.Errorf("build runner request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 
@@ -185,9 +186,9 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	if err != nil {
 		switch {
 		case isDialError(err):
-			return exec.Result{}, &notDelivered{pod: pod.Name, err: err}
+			return wire.Result{}, &notDelivered{pod: pod.Name, err: err}
 		case ctx.Err() != nil:
-			return exec.Result{}, ctx.Err()
+			return wire.Result{}, ctx.Err()
 		case errors.Is(context.Cause(rctx), errOverdue):
 			return p.overdue(pod.Name, start, timeout), nil
 		}
@@ -203,14 +204,14 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusServiceUnavailable && strings.HasPrefix(msg, api.NotSealed):
 		// The runner has no current proof that its egress is cut: nothing ran.
-		return exec.Result{}, &errUnsealedRunner{pod: pod.Name, msg: msg}
+		return wire.Result{}, &errUnsealedRunner{pod: pod.Name, msg: msg}
 	case resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable:
 		// The runner refused the job (already used, not ready): nothing ran.
-		return exec.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", msg)}
+		return wire.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", msg)}
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return exec.Result{}, &api.Error{Status: resp.StatusCode, Msg: msg}
+		return wire.Result{}, &api.Error{Status: resp.StatusCode, Msg: msg}
 	default:
-		return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
+		return wire.Result{}, &api.Error{Status: http.StatusBadGateway,
 			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
 	}
 	parts := api.ParseServerTiming(resp.Header.Get(api.ServerTiming))
@@ -219,10 +220,10 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 			timing.AddMS(name, parts[name])
 		}
 	}
-	var res exec.Result
+	var res wire.Result
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResultBytes)).Decode(&res); err != nil {
 		if ctx.Err() != nil {
-			return exec.Result{}, ctx.Err()
+			return wire.Result{}, ctx.Err()
 		}
 		if errors.Is(context.Cause(rctx), errOverdue) {
 			return p.overdue(pod.Name, start, timeout), nil
@@ -243,17 +244,16 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 // overdue is the answer the pool gives when the runner of pod name has not
 // answered answerGrace after the job's timeout: a timed-out run whose
 // output is lost. Execute then deletes the pod, and the run with it.
-func (p *Pool) overdue(name string, start time.Time, timeout time.Duration) exec.Result {
+func (p *Pool) overdue(name string, start time.Time, timeout time.Duration) wire.Result {
 	p.m.overdue.Inc()
 	p.log.Warn("the runner did not answer in time after the job's timeout; answering for it", "pod", name, "timeout", timeout, "grace", answerGrace)
-	return exec.Result{
-		SandboxID: name,
+	return wire.Result{SandboxID: name, Process: wire.Process{
 		Stderr: exec.TimedOutLine(timeout) + fmt.Sprintf("sandbox: the runner did not answer within %s after the timeout "+
 			"(the run had kept its pod from the CPU), so the run's output is lost; the pod was deleted\n", answerGrace),
 		ExitCode:   -1,
 		DurationMS: time.Since(start).Milliseconds(),
 		TimedOut:   true,
-	}
+	}}
 }
 
 // watchRun ends a run's request, with the pod's death as the cause, as
@@ -304,7 +304,7 @@ func (p *Pool) podNow(name string) (pod *corev1.Pod, gone bool, changed <-chan s
 // events, up to verdictWait) for the pod's status to say why, since the
 // kubelet reports a container's end a moment after it happens. An OOM kill
 // is a result (exit 137, oom_killed); any other death is a 502 naming it.
-func (p *Pool) verdict(ctx context.Context, name string, start time.Time, cause error) (exec.Result, error) {
+func (p *Pool) verdict(ctx context.Context, name string, start time.Time, cause error) (wire.Result, error) {
 	timer := time.NewTimer(verdictWait)
 	defer timer.Stop()
 	for {
@@ -313,24 +313,23 @@ func (p *Pool) verdict(ctx context.Context, name string, start time.Time, cause 
 			p.m.podDeaths.Inc()
 			p.log.Warn("sandbox pod died during the run", "pod", name, "reason", d.Reason, "oom", d.OOMKilled, "cause", cause)
 			if d.OOMKilled {
-				return exec.Result{
-					SandboxID:  name,
+				return wire.Result{SandboxID: name, Process: wire.Process{
 					Stderr:     oomStderr,
 					ExitCode:   137,
 					DurationMS: time.Since(start).Milliseconds(),
 					OOMKilled:  true,
-				}, nil
+				}}, nil
 			}
-			return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
+			return wire.Result{}, &api.Error{Status: http.StatusBadGateway,
 				Msg: fmt.Sprintf("sandbox pod %s died during the run: %s", name, d.Reason)}
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return exec.Result{}, &api.Error{Status: http.StatusBadGateway,
+			return wire.Result{}, &api.Error{Status: http.StatusBadGateway,
 				Msg: fmt.Sprintf("sandbox pod %s: lost the runner during the run: %v", name, cause)}
 		case <-ctx.Done():
-			return exec.Result{}, ctx.Err()
+			return wire.Result{}, ctx.Err()
 		}
 	}
 }

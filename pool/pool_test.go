@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/weaken"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func TestExecuteUsesWarmPodOnceAndRefills(t *testing.T) {
@@ -153,7 +154,7 @@ func TestWaitingRequestGetsPodWhenReady(t *testing.T) {
 	e.start()
 	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
 	type out struct {
-		res exec.Result
+		res wire.Result
 		err error
 	}
 	got := make(chan out, 1)
@@ -527,7 +528,7 @@ func TestGracefulShutdown(t *testing.T) {
 		okRunner(w, r)
 	})
 	type out struct {
-		res exec.Result
+		res wire.Result
 		err error
 	}
 	got := make(chan out, 1)
@@ -645,7 +646,7 @@ func TestRunnerNamesAnotherPod(t *testing.T) {
 	e := newEnv(t, nil).start()
 	e.waitWarm(3)
 	e.setRunner(func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(exec.Result{SandboxID: "sandbox-other"})
+		_ = json.NewEncoder(w).Encode(wire.Result{SandboxID: "sandbox-other"})
 	})
 	res, err := e.execute("x")
 	if err != nil || res.SandboxID != "sandbox-other" {

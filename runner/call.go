@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // callShim is the Python side of a tool call (see RunCall).
@@ -30,35 +31,24 @@ var callShim string
 // child's environment is env (the image's, see ToolEnv) plus call.Env.
 // An error means the call could not be made at all; a tool that failed is a
 // result.
-func RunCall(ctx context.Context, call api.Call, opts exec.Options, env []string) (api.CallResult, error) {
+func RunCall(ctx context.Context, call api.Call, opts exec.Options, env []string) (wire.CallResult, error) {
 	dir, err := os.MkdirTemp("", "sandbox-call-")
 	if err != nil {
-		return api.CallResult{}, fmt.Errorf("call: %w", err)
+		return wire.CallResult{}, fmt.Errorf("call: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	spec, err := json.Marshal(map[string]any{"module": call.Module, "attr": call.Attr, "args": call.Args, "kwargs": call.Kwargs})
 	if err != nil {
-		return api.CallResult{}, fmt.Errorf("call: encode spec: %w", err)
+		return wire.CallResult{}, fmt.Errorf("call: encode spec: %w", err)
 	}
 	specPath, resultPath := filepath.Join(dir, "call.json"), filepath.Join(dir, "result.json")
 	if err := os.WriteFile(specPath, spec, 0o600); err != nil {
-		return api.CallResult{}, fmt.Errorf("call: %w", err)
+		return wire.CallResult{}, fmt.Errorf("call: %w", err)
 	}
 	code := callShim + fmt.Sprintf("_sandbox_call(%s, %s, %d)\n", pyString(specPath), pyString(resultPath), api.MaxCallResult)
 	opts.Env = mergeEnv(env, call.Env)
 	res, err := exec.RunInImage(ctx, exec.Job{Code: code, Timeout: call.Timeout}, opts)
-	out := api.CallResult{
-		SandboxID:       res.SandboxID,
-		Result:          json.RawMessage("null"),
-		Stdout:          res.Stdout,
-		Stderr:          res.Stderr,
-		ExitCode:        res.ExitCode,
-		DurationMS:      res.DurationMS,
-		StdoutTruncated: res.StdoutTruncated,
-		StderrTruncated: res.StderrTruncated,
-		TimedOut:        res.TimedOut,
-		OOMKilled:       res.OOMKilled,
-	}
+	out := wire.CallResult{SandboxID: res.SandboxID, Result: json.RawMessage("null"), Process: res.Process}
 	if err != nil {
 		return out, err
 	}
@@ -72,9 +62,9 @@ func RunCall(ctx context.Context, call api.Call, opts exec.Options, env []string
 }
 
 // readOutcome fills out's Result or Error from the shim's file.
-func readOutcome(path string, out *api.CallResult) {
+func readOutcome(path string, out *wire.CallResult) {
 	noResult := func(why string) {
-		out.Error = &api.CallError{Kind: api.CallNoResult, Type: "NoResult",
+		out.Error = &wire.CallError{Kind: wire.CallNoResult, Type: "NoResult",
 			Message: fmt.Sprintf("the tool's process exited with code %d %s", out.ExitCode, why)}
 	}
 	f, err := os.Open(path)
@@ -90,7 +80,7 @@ func readOutcome(path string, out *api.CallResult) {
 	}
 	var doc struct {
 		Result json.RawMessage `json:"result"`
-		Error  *api.CallError  `json:"error"`
+		Error  *wire.CallError `json:"error"`
 	}
 	switch {
 	case len(b) > api.MaxCallResult+1<<9:
@@ -181,11 +171,11 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	log := s.opts.Logger.With("sandbox_id", res.SandboxID, "function", c.Function(), "exit_code", res.ExitCode,
 		"duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "result_bytes", len(res.Result))
 	if err != nil {
-		log.Error("call failed", "outcome", api.OutcomeFailed, "error", err)
+		log.Error("call failed", "outcome", wire.OutcomeFailed, "error", err)
 		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	log.Info("call", "outcome", api.CallOutcomeOf(res))
+	log.Info("call", "outcome", res.Outcome())
 	api.WriteCallResult(w, res)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // toolsDir is a working directory holding the sample tools package, as an
@@ -27,7 +28,7 @@ func toolsDir(t *testing.T) string {
 	return dir
 }
 
-func call(t *testing.T, function, args, kwargs string, timeout time.Duration, env map[string]string) api.CallResult {
+func call(t *testing.T, function, args, kwargs string, timeout time.Duration, env map[string]string) wire.CallResult {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"image": "agent:test", "function": function,
 		"args": json.RawMessage(args), "kwargs": json.RawMessage(kwargs), "timeout_s": int(timeout / time.Second), "env": env})
@@ -65,13 +66,13 @@ func TestCallKinds(t *testing.T) {
 		name, function, args string
 		kind, typ, message   string
 	}{
-		{"raises", "tools.sample:boom", `["no weather"]`, api.CallRaised, "ValueError", "no weather"},
-		{"not JSON", "tools.sample:unserializable", `[]`, api.CallUnserializable, "NotJSONSerializable", "set"},
-		{"NaN", "tools.sample:nan", `[]`, api.CallUnserializable, "NotJSONSerializable", "float"},
-		{"no module", "tools.missing:f", `[]`, api.CallImport, "ModuleNotFoundError", "tools.missing"},
-		{"no attribute", "tools.sample:nope", `[]`, api.CallImport, "AttributeError", "nope"},
-		{"not callable", "tools.sample:not_callable", `[]`, api.CallImport, "TypeError", "not a function"},
-		{"os._exit", "tools.sample:hard_exit", `[]`, api.CallNoResult, "NoResult", "without reporting"},
+		{"raises", "tools.sample:boom", `["no weather"]`, wire.CallRaised, "ValueError", "no weather"},
+		{"not JSON", "tools.sample:unserializable", `[]`, wire.CallUnserializable, "NotJSONSerializable", "set"},
+		{"NaN", "tools.sample:nan", `[]`, wire.CallUnserializable, "NotJSONSerializable", "float"},
+		{"no module", "tools.missing:f", `[]`, wire.CallImport, "ModuleNotFoundError", "tools.missing"},
+		{"no attribute", "tools.sample:nope", `[]`, wire.CallImport, "AttributeError", "nope"},
+		{"not callable", "tools.sample:not_callable", `[]`, wire.CallImport, "TypeError", "not a function"},
+		{"os._exit", "tools.sample:hard_exit", `[]`, wire.CallNoResult, "NoResult", "without reporting"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := call(t, tt.function, tt.args, `{}`, 10*time.Second, nil)
@@ -183,7 +184,7 @@ func TestCallServer(t *testing.T) {
 		t.Errorf("bad call: %d %s", code, body)
 	}
 	code, body := do(t, "POST", url+"/v1/call", `{"image":"a","function":"tools.sample:add","args":[1,2]}`)
-	var res api.CallResult
+	var res wire.CallResult
 	if code != 200 || json.Unmarshal([]byte(body), &res) != nil || res.SandboxID != "tool-1" || !strings.Contains(string(res.Result), `"sum":3`) {
 		t.Fatalf("call: %d %s", code, body)
 	}
@@ -218,7 +219,7 @@ func TestCallServerTakesWhatServeForwards(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve refused the caller's %d bytes: %v", len(sent), err)
 	}
-	fwd, err := api.EncodeCall(api.CallWire(c))
+	fwd, err := wire.Marshal(api.CallWire(c))
 	if err != nil {
 		t.Fatal(err)
 	}

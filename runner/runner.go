@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/seal"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Options configure a Server.
@@ -440,7 +441,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-s.interp.Ready():
 	case <-s.interp.Lost():
-		s.opts.Logger.Error("execution refused", "outcome", api.OutcomeRejected, "error", "python3 ended before the job")
+		s.opts.Logger.Error("execution refused", "outcome", wire.OutcomeRejected, "error", "python3 ended before the job")
 		api.WriteError(w, http.StatusServiceUnavailable, "this runner's python3 ended before the job; nothing ran, send it to another sandbox")
 		return
 	case <-r.Context().Done():
@@ -456,19 +457,19 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, exec.ErrNotTaken):
 		// Nothing of the job ran: the pool may send it elsewhere.
-		log.Error("execution refused", "outcome", api.OutcomeRejected, "error", err)
+		log.Error("execution refused", "outcome", wire.OutcomeRejected, "error", err)
 		api.WriteError(w, http.StatusServiceUnavailable, "this runner's python3 ended before it took the job; nothing ran, send it to another sandbox: "+err.Error())
 		return
 	case errors.Is(err, exec.ErrInvalidJob):
-		log.Info("execution refused", "outcome", api.OutcomeRejected, "error", err)
+		log.Info("execution refused", "outcome", wire.OutcomeRejected, "error", err)
 		api.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		log.Error("execution failed", "outcome", api.OutcomeFailed, "error", err)
+		log.Error("execution failed", "outcome", wire.OutcomeFailed, "error", err)
 		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	log.Info("execution", "outcome", api.OutcomeOf(res))
+	log.Info("execution", "outcome", res.Outcome())
 	var timing api.Timing
 	timing.Add(api.TimingRunnerJob, time.Since(began))
 	s.startup.add(&timing, s.born, began)

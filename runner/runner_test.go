@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // start runs a Server on 127.0.0.1:0, waits until it is ready, and returns
@@ -106,7 +107,7 @@ func TestOneJobThenExit(t *testing.T) {
 	}
 
 	code, body := do(t, "POST", url+"/v1/execute", `{"code": "print(6*7)", "timeout_s": 5, "files": [{"path": "a.txt", "content": "aGk=", "encoding": "base64"}]}`)
-	var res exec.Result
+	var res wire.Result
 	if err := json.Unmarshal([]byte(body), &res); code != 200 || err != nil {
 		t.Fatalf("execute: %d %s (%v)", code, body, err)
 	}
@@ -131,7 +132,7 @@ func TestWaitedSnippetYieldsToItsRunner(t *testing.T) {
 	url, _ := start(t)
 	time.Sleep(100 * time.Millisecond) // it waits, as in a warm pod
 	code, body := do(t, "POST", url+"/v1/execute", `{"code": "import os, resource as r\nprint(os.nice(0), os.sched_getscheduler(0) == os.SCHED_IDLE, open('/proc/self/oom_score_adj').read().strip(), *r.getrlimit(r.RLIMIT_NOFILE))", "timeout_s": 5}`)
-	var res exec.Result
+	var res wire.Result
 	if err := json.Unmarshal([]byte(body), &res); code != 200 || err != nil {
 		t.Fatalf("execute: %d %s (%v)", code, body, err)
 	}
@@ -165,7 +166,7 @@ func TestSecondJobConflicts(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	code, body := do(t, "POST", url+"/v1/execute", `{"code": "print(2)"}`)
-	var eb api.ErrorBody
+	var eb wire.ErrorBody
 	if code != 409 || json.Unmarshal([]byte(body), &eb) != nil || eb.Error == "" {
 		t.Errorf("second job: %d %s, want 409 with an error", code, body)
 	}
@@ -299,7 +300,7 @@ func assertGone(t *testing.T, file string) {
 func TestJobTimingHeader(t *testing.T) {
 	url, _ := start(t)
 	resp := postJob(t, url, `{"code": "import time; time.sleep(0.05)"}`)
-	var res exec.Result
+	var res wire.Result
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("execute: %d (%v)", resp.StatusCode, err)
 	}

@@ -6,13 +6,14 @@ import (
 	"context"
 
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Backend runs one validated job in a fresh sandbox. A returned *api.Error
 // chooses the HTTP status (503 with Retry-After when no sandbox is free);
 // any other error is a 500 naming it.
 type Backend interface {
-	Execute(ctx context.Context, job exec.Job) (exec.Result, error)
+	Execute(ctx context.Context, job exec.Job) (wire.Result, error)
 	// Ready reports whether this process can take a request (it may still
 	// have to wait for a sandbox); it backs /readyz.
 	Ready() bool

@@ -10,13 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Caller makes one validated tool call in a fresh pod of its image. A
 // returned *api.Error chooses the HTTP status (504 for a pod that was never
 // Ready, 503 when too many calls are in flight); any other error is a 500.
 type Caller interface {
-	Call(ctx context.Context, call api.Call) (api.CallResult, error)
+	Call(ctx context.Context, call api.Call) (wire.CallResult, error)
 }
 
 // callMetrics count tool calls apart from executions: a call's duration
@@ -38,7 +39,7 @@ func newCallMetrics(reg prometheus.Registerer) (*callMetrics, error) {
 			Buckets: []float64{1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 240},
 		}),
 	}
-	for _, o := range api.CallOutcomes {
+	for _, o := range wire.CallOutcomes {
 		m.calls.WithLabelValues(o)
 	}
 	for _, c := range []prometheus.Collector{m.calls, m.duration} {
@@ -56,7 +57,7 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
 	var (
 		c       api.Call
-		res     api.CallResult
+		res     wire.CallResult
 		status  int
 		outcome string
 		err     error
@@ -68,7 +69,7 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("caller panicked: %v", p)
-			status, outcome = http.StatusInternalServerError, api.OutcomeFailed
+			status, outcome = http.StatusInternalServerError, wire.OutcomeFailed
 			api.WriteError(w, status, "internal error: "+err.Error())
 		}
 	}()
@@ -92,12 +93,12 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res = api.WriteCallResult(w, res)
-	status, outcome = http.StatusOK, api.CallOutcomeOf(res)
+	status, outcome = http.StatusOK, res.Outcome()
 }
 
 // recordCall logs one line per call and counts it. Arguments, environment
 // values and the return value are the caller's and are never logged.
-func (s *Server) recordCall(began time.Time, c api.Call, res api.CallResult, status int, outcome string, err error, reached bool) {
+func (s *Server) recordCall(began time.Time, c api.Call, res wire.CallResult, status int, outcome string, err error, reached bool) {
 	d := time.Since(began)
 	s.calls.calls.WithLabelValues(outcome).Inc()
 	if reached {
@@ -132,7 +133,7 @@ func (s *Server) recordCall(began time.Time, c api.Call, res api.CallResult, sta
 	level := slog.LevelInfo
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
-		if outcome == api.OutcomeFailed {
+		if outcome == wire.OutcomeFailed {
 			level = slog.LevelError
 		}
 	}

@@ -10,16 +10,17 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 type fakeCaller struct {
 	mu    sync.Mutex
 	calls []api.Call
-	res   api.CallResult
+	res   wire.CallResult
 	err   error
 }
 
-func (f *fakeCaller) Call(ctx context.Context, c api.Call) (api.CallResult, error) {
+func (f *fakeCaller) Call(ctx context.Context, c api.Call) (wire.CallResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, c)
@@ -47,7 +48,7 @@ func TestCallOffWithoutCaller(t *testing.T) {
 }
 
 func TestCallAnswers(t *testing.T) {
-	fc := &fakeCaller{res: api.CallResult{SandboxID: "sandbox-tool-x", Result: json.RawMessage(`{"a":"<b>"}`)}}
+	fc := &fakeCaller{res: wire.CallResult{SandboxID: "sandbox-tool-x", Result: json.RawMessage(`{"a":"<b>"}`)}}
 	s, logs := newCallServer(t, fc)
 	rec := do(t, s.Handler(), "POST", "/v1/call", `{"image":"agent:dev","function":"tools.w:get","kwargs":{"secret_arg":"hunter2"},"env":{"UNITS":"metric"}}`)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"result":{"a":"<b>"}`) {

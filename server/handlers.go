@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // route is one path and the methods it answers.
@@ -99,7 +100,7 @@ type execution struct {
 	requestID string
 	status    int
 	outcome   string
-	result    exec.Result
+	result    wire.Result
 	job       exec.Job
 	err       error
 	began     time.Time
@@ -116,7 +117,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		// keeps serving.
 		if p := recover(); p != nil {
 			e.err = fmt.Errorf("backend panicked: %v", p)
-			e.status, e.outcome = http.StatusInternalServerError, api.OutcomeFailed
+			e.status, e.outcome = http.StatusInternalServerError, wire.OutcomeFailed
 			api.WriteError(w, e.status, "internal error: "+e.err.Error())
 		}
 	}()
@@ -145,7 +146,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
-	e.result, e.status, e.outcome = res, http.StatusOK, api.OutcomeOf(res)
+	e.result, e.status, e.outcome = res, http.StatusOK, res.Outcome()
 	api.WriteJSON(w, http.StatusOK, res)
 }
 
@@ -155,17 +156,17 @@ func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error)
 	if ae, ok := api.AsError(err); ok {
 		ae.Write(w)
 		if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable {
-			return ae.Status, api.OutcomeFailed
+			return ae.Status, wire.OutcomeFailed
 		}
-		return ae.Status, api.OutcomeRejected
+		return ae.Status, wire.OutcomeRejected
 	}
 	if ctx.Err() != nil {
 		// Nobody may be listening any more, but say what happened.
 		api.WriteError(w, http.StatusServiceUnavailable, "execution cancelled: "+err.Error())
-		return http.StatusServiceUnavailable, api.OutcomeCanceled
+		return http.StatusServiceUnavailable, wire.OutcomeCanceled
 	}
 	api.WriteError(w, http.StatusInternalServerError, "execution failed: "+err.Error())
-	return http.StatusInternalServerError, api.OutcomeFailed
+	return http.StatusInternalServerError, wire.OutcomeFailed
 }
 
 // record logs one line for the request and updates the metrics. The code is
@@ -208,7 +209,7 @@ func (s *Server) record(e *execution) {
 	level := slog.LevelInfo
 	if e.err != nil {
 		attrs = append(attrs, slog.String("error", e.err.Error()))
-		if e.outcome == api.OutcomeFailed {
+		if e.outcome == wire.OutcomeFailed {
 			level = slog.LevelError
 		}
 	}

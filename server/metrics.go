@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // durationBuckets span a trivial snippet (tens of ms) to the longest
@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Every outcome shows from the start, so that rate() over a fresh
 	// series does not miss its first increment.
-	for _, o := range api.Outcomes {
+	for _, o := range wire.Outcomes {
 		m.executions.WithLabelValues(o)
 	}
 	return m, nil

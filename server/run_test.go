@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // startServer runs s on a real 127.0.0.1 port and returns its base URL and
@@ -40,7 +41,7 @@ func startServer(t *testing.T, s *Server) (string, func() error) {
 }
 
 func TestRunRealListener(t *testing.T) {
-	fb := &fakeBackend{result: exec.Result{SandboxID: "sb-1", Stdout: "1\n"}, ready: true}
+	fb := &fakeBackend{result: wire.Result{SandboxID: "sb-1", Process: wire.Process{Stdout: "1\n"}}, ready: true}
 	s, err := New(Options{Backend: fb, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestRunRealListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res exec.Result
+	var res wire.Result
 	err = json.NewDecoder(resp.Body).Decode(&res)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != 200 || res.Stdout != "1\n" {
@@ -91,13 +92,13 @@ func TestRunBindError(t *testing.T) {
 func TestShutdownLetsRunsFinish(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
-	fb := &fakeBackend{run: func(ctx context.Context, job exec.Job) (exec.Result, error) {
+	fb := &fakeBackend{run: func(ctx context.Context, job exec.Job) (wire.Result, error) {
 		close(started)
 		select {
 		case <-release:
-			return exec.Result{Stdout: "finished"}, nil
+			return wire.Result{Process: wire.Process{Stdout: "finished"}}, nil
 		case <-ctx.Done():
-			return exec.Result{}, ctx.Err()
+			return wire.Result{}, ctx.Err()
 		}
 	}}
 	s, _ := New(Options{Backend: fb, Listen: "127.0.0.1:0"})
@@ -132,10 +133,10 @@ func TestShutdownLetsRunsFinish(t *testing.T) {
 // ends is cancelled, and Run says so.
 func TestShutdownTimeoutCancelsRuns(t *testing.T) {
 	started := make(chan struct{})
-	fb := &fakeBackend{run: func(ctx context.Context, job exec.Job) (exec.Result, error) {
+	fb := &fakeBackend{run: func(ctx context.Context, job exec.Job) (wire.Result, error) {
 		close(started)
 		<-ctx.Done()
-		return exec.Result{}, ctx.Err()
+		return wire.Result{}, ctx.Err()
 	}}
 	s, _ := New(Options{Backend: fb, Listen: "127.0.0.1:0", ShutdownTimeout: 200 * time.Millisecond})
 	url, stop := startServer(t, s)

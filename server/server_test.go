@@ -20,21 +20,22 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // fakeBackend answers with a fixed result or error, or with what run says.
 type fakeBackend struct {
 	mu     sync.Mutex
 	jobs   []exec.Job
-	result exec.Result
+	result wire.Result
 	err    error
-	run    func(ctx context.Context, job exec.Job) (exec.Result, error)
+	run    func(ctx context.Context, job exec.Job) (wire.Result, error)
 	ready  bool
 
 	registered bool
 }
 
-func (f *fakeBackend) Execute(ctx context.Context, job exec.Job) (exec.Result, error) {
+func (f *fakeBackend) Execute(ctx context.Context, job exec.Job) (wire.Result, error) {
 	f.mu.Lock()
 	f.jobs = append(f.jobs, job)
 	f.mu.Unlock()
@@ -81,7 +82,7 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) string {
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type = %q, want application/json", ct)
 	}
-	var eb api.ErrorBody
+	var eb wire.ErrorBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error == "" {
 		t.Fatalf("body %q is not a JSON error: %v", rec.Body, err)
 	}
@@ -89,13 +90,13 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) string {
 }
 
 func TestExecuteOK(t *testing.T) {
-	fb := &fakeBackend{result: exec.Result{SandboxID: "sb-1", Stdout: "hi\n", ExitCode: 0, DurationMS: 12}}
+	fb := &fakeBackend{result: wire.Result{SandboxID: "sb-1", Process: wire.Process{Stdout: "hi\n", ExitCode: 0, DurationMS: 12}}}
 	s, logs := newTestServer(t, fb, 0)
 	rec := do(t, s.Handler(), "POST", "/v1/execute", `{"code":"print('SECRET-CODE')","timeout_s":5}`)
 	if rec.Code != 200 {
 		t.Fatalf("status = %d, body %s", rec.Code, rec.Body)
 	}
-	var got exec.Result
+	var got wire.Result
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +126,12 @@ func TestExecuteOK(t *testing.T) {
 func TestExecuteOutcomes(t *testing.T) {
 	tests := []struct {
 		name    string
-		result  exec.Result
+		result  wire.Result
 		outcome string
 	}{
-		{"error exit", exec.Result{ExitCode: 1}, api.OutcomeErrorExit},
-		{"timeout", exec.Result{ExitCode: -1, TimedOut: true}, api.OutcomeTimeout},
-		{"oom", exec.Result{ExitCode: 137, OOMKilled: true}, api.OutcomeOOM},
+		{"error exit", wire.Result{Process: wire.Process{ExitCode: 1}}, wire.OutcomeErrorExit},
+		{"timeout", wire.Result{Process: wire.Process{ExitCode: -1, TimedOut: true}}, wire.OutcomeTimeout},
+		{"oom", wire.Result{Process: wire.Process{ExitCode: 137, OOMKilled: true}}, wire.OutcomeOOM},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,17 +160,17 @@ func TestErrors(t *testing.T) {
 		outcome    string // "" when no execution line is expected
 	}{
 		{name: "malformed JSON", method: "POST", path: "/v1/execute", body: `{"code":`,
-			status: 400, msg: "malformed JSON", outcome: api.OutcomeRejected},
+			status: 400, msg: "malformed JSON", outcome: wire.OutcomeRejected},
 		{name: "unknown field", method: "POST", path: "/v1/execute", body: `{"code":"x","lang":"py"}`,
-			status: 400, msg: `unknown field "lang"`, outcome: api.OutcomeRejected},
+			status: 400, msg: `unknown field "lang"`, outcome: wire.OutcomeRejected},
 		{name: "missing code", method: "POST", path: "/v1/execute", body: `{}`,
-			status: 400, msg: "missing code", outcome: api.OutcomeRejected},
+			status: 400, msg: "missing code", outcome: wire.OutcomeRejected},
 		{name: "timeout out of range", method: "POST", path: "/v1/execute", body: `{"code":"x","timeout_s":600}`,
-			status: 400, msg: "timeout_s 600 out of range", outcome: api.OutcomeRejected},
+			status: 400, msg: "timeout_s 600 out of range", outcome: wire.OutcomeRejected},
 		{name: "bad path", method: "POST", path: "/v1/execute", body: `{"code":"x","files":[{"path":"../x","content":""}]}`,
-			status: 400, msg: `files[0]: file path "../x"`, outcome: api.OutcomeRejected},
+			status: 400, msg: `files[0]: file path "../x"`, outcome: wire.OutcomeRejected},
 		{name: "body too large", method: "POST", path: "/v1/execute", body: `{"code":"` + strings.Repeat("x", 2000) + `"}`,
-			status: 413, msg: "limit is 1024 bytes", outcome: api.OutcomeRejected},
+			status: 413, msg: "limit is 1024 bytes", outcome: wire.OutcomeRejected},
 		{name: "wrong method", method: "GET", path: "/v1/execute",
 			status: 405, msg: "method GET not allowed", header: [2]string{"Allow", "POST"}},
 		{name: "wrong method on health", method: "POST", path: "/healthz",
@@ -183,14 +184,14 @@ func TestErrors(t *testing.T) {
 		{name: "a compressed body", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, reqHeader: [2]string{"Content-Encoding", "gzip"},
 			status: 415, msg: `Content-Encoding "gzip" is not supported`},
 		{name: "no capacity", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: api.ErrNoCapacity,
-			status: 503, msg: "no warm sandbox pod available", header: [2]string{"Retry-After", "5"}, outcome: api.OutcomeRejected},
+			status: 503, msg: "no warm sandbox pod available", header: [2]string{"Retry-After", "5"}, outcome: wire.OutcomeRejected},
 		{name: "backend bad request", method: "POST", path: "/v1/execute", body: `{"code":"x"}`,
 			backendErr: fmt.Errorf("write files: %w", api.Errorf(400, "files[0]: a symlink escapes")),
-			status:     400, msg: "a symlink escapes", outcome: api.OutcomeRejected},
+			status:     400, msg: "a symlink escapes", outcome: wire.OutcomeRejected},
 		{name: "backend error without a status", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: &api.Error{Msg: "oops"},
-			status: 500, msg: "execution failed: oops", outcome: api.OutcomeFailed},
+			status: 500, msg: "execution failed: oops", outcome: wire.OutcomeFailed},
 		{name: "backend failure", method: "POST", path: "/v1/execute", body: `{"code":"x"}`, backendErr: errors.New("create pod: quota exceeded"),
-			status: 500, msg: "execution failed: create pod: quota exceeded", outcome: api.OutcomeFailed},
+			status: 500, msg: "execution failed: create pod: quota exceeded", outcome: wire.OutcomeFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,13 +244,13 @@ func TestBodyTooLargeUndeclared(t *testing.T) {
 }
 
 func TestBackendPanic(t *testing.T) {
-	fb := &fakeBackend{run: func(context.Context, exec.Job) (exec.Result, error) { panic("boom") }}
+	fb := &fakeBackend{run: func(context.Context, exec.Job) (wire.Result, error) { panic("boom") }}
 	s, logs := newTestServer(t, fb, 0)
 	rec := do(t, s.Handler(), "POST", "/v1/execute", `{"code":"x"}`)
 	if rec.Code != 500 || !strings.Contains(errorOf(t, rec), "boom") {
 		t.Errorf("status %d body %s, want 500 naming the panic", rec.Code, rec.Body)
 	}
-	if got := logs.onlyLine(t)["outcome"]; got != api.OutcomeFailed {
+	if got := logs.onlyLine(t)["outcome"]; got != wire.OutcomeFailed {
 		t.Errorf("outcome = %v", got)
 	}
 }
@@ -273,7 +274,7 @@ func TestHealthAndReady(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	fb := &fakeBackend{result: exec.Result{ExitCode: 0, Usage: exec.Usage{CPUMS: 300, MaxRSSKiB: 20 << 10}}}
+	fb := &fakeBackend{result: wire.Result{Usage: wire.Usage{CPUMS: 300, MaxRSSKiB: 20 << 10}, Process: wire.Process{ExitCode: 0}}}
 	s, _ := newTestServer(t, fb, 0)
 	if !fb.registered {
 		t.Error("New did not let the backend register its metrics")
@@ -310,10 +311,10 @@ func TestMetrics(t *testing.T) {
 func TestInFlightGauge(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
-	fb := &fakeBackend{run: func(ctx context.Context, job exec.Job) (exec.Result, error) {
+	fb := &fakeBackend{run: func(ctx context.Context, job exec.Job) (wire.Result, error) {
 		close(started)
 		<-release
-		return exec.Result{}, nil
+		return wire.Result{}, nil
 	}}
 	s, _ := newTestServer(t, fb, 0)
 	done := make(chan struct{})

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Call runs call in a new pod of call.Image and deletes the pod before it
@@ -30,9 +31,9 @@ import (
 // activeDeadlineSeconds). A pod that is not Ready within the readiness
 // deadline is a 504 naming what it waited for; one whose containers never
 // started is made again, up to startAttempts pods within that deadline.
-func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error) {
+func (c *Caller) Call(ctx context.Context, call api.Call) (wire.CallResult, error) {
 	if err := c.acquire(ctx); err != nil {
-		return api.CallResult{}, err
+		return wire.CallResult{}, err
 	}
 	defer func() { <-c.slots }()
 	c.calls.Add(1)
@@ -42,7 +43,7 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error
 	o.Image = call.Image
 	if f := c.opts.Fence; f != nil && o.Internet {
 		if err := f.Check(); err != nil {
-			return api.CallResult{}, &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5 * time.Second,
+			return wire.CallResult{}, &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5 * time.Second,
 				Msg: "tool pods' egress is not fenced off the cluster's own addresses yet: " + err.Error()}
 		}
 		// The pod's runner proves some of them cut too before it is Ready.
@@ -66,7 +67,7 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (api.CallResult, error
 		}
 		c.remove(name, log)
 		if !errors.Is(err, errNeverStarted) || attempt == startAttempts {
-			return api.CallResult{}, err
+			return wire.CallResult{}, err
 		}
 		log.Warn("the tool pod's container never started; making the pod again", "attempt", attempt, "err", err)
 	}
@@ -256,24 +257,24 @@ func (c *Caller) unsealed(p *corev1.Pod) error {
 }
 
 // send posts the call to the pod's runner and reads its answer.
-func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (api.CallResult, error) {
-	body, err := api.EncodeCall(api.CallWire(call))
+func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (wire.CallResult, error) {
+	body, err := wire.Marshal(api.CallWire(call))
 	if err != nil {
-		return api.CallResult{}, err
+		return wire.CallResult{}, err
 	}
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(c.opts.Pod.RunnerPort)))
 	rctx, cancel := context.WithTimeout(ctx, call.Timeout+runSlack)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+"/v1/call", bytes.NewReader(body))
 	if err != nil {
-		return api.CallResult{}, fmt.Errorf("build runner request: %w", err)
+		return wire.CallResult{}, fmt.Errorf("build runner request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return api.CallResult{}, ctx.Err()
+			return wire.CallResult{}, ctx.Err()
 		}
 		return c.verdict(pod.Name, start, err)
 	}
@@ -286,33 +287,33 @@ func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (api.
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusServiceUnavailable && strings.HasPrefix(msg, api.NotSealed):
 		// The runner lost its proof after it was Ready: nothing ran.
-		return api.CallResult{}, api.NotSealedError(fmt.Sprintf("tool pod %s: %s", pod.Name, strings.TrimPrefix(strings.TrimPrefix(msg, api.NotSealed), ": ")))
+		return wire.CallResult{}, api.NotSealedError(fmt.Sprintf("tool pod %s: %s", pod.Name, strings.TrimPrefix(strings.TrimPrefix(msg, api.NotSealed), ": ")))
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return api.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: msg}
+		return wire.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: msg}
 	default:
-		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway,
+		return wire.CallResult{}, &api.Error{Status: http.StatusBadGateway,
 			Msg: fmt.Sprintf("tool pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		if ctx.Err() != nil {
-			return api.CallResult{}, ctx.Err()
+			return wire.CallResult{}, ctx.Err()
 		}
 		return c.verdict(pod.Name, start, fmt.Errorf("read runner answer: %w", err))
 	}
 	if len(b) > maxAnswer {
-		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is over %d bytes", pod.Name, maxAnswer)}
+		return wire.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is over %d bytes", pod.Name, maxAnswer)}
 	}
-	var res api.CallResult
+	var res wire.CallResult
 	if err := json.Unmarshal(b, &res); err != nil {
-		return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is not a call result: %v", pod.Name, err)}
+		return wire.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is not a call result: %v", pod.Name, err)}
 	}
 	return res, nil
 }
 
 // verdict explains a call whose connection broke, from the pod's status: an
 // out-of-memory kill is a result (exit 137, oom_killed), anything else a 502.
-func (c *Caller) verdict(name string, start time.Time, cause error) (api.CallResult, error) {
+func (c *Caller) verdict(name string, start time.Time, cause error) (wire.CallResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var d kube.Death
@@ -331,18 +332,16 @@ func (c *Caller) verdict(name string, start time.Time, cause error) (api.CallRes
 		}
 	}
 	if d.OOMKilled {
-		return api.CallResult{
-			SandboxID:  name,
-			Result:     json.RawMessage("null"),
+		return wire.CallResult{SandboxID: name, Result: json.RawMessage("null"), Process: wire.Process{
 			Stderr:     "sandbox: the call exceeded the tool pod's memory limit (" + kube.ToolMemory + ") and the pod was killed (out of memory)\n",
 			ExitCode:   137,
 			DurationMS: time.Since(start).Milliseconds(),
 			OOMKilled:  true,
-		}, nil
+		}}, nil
 	}
 	why := cause.Error()
 	if d.Dead {
 		why = d.Reason
 	}
-	return api.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: lost the runner during the call: %s", name, why)}
+	return wire.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: lost the runner during the call: %s", name, why)}
 }

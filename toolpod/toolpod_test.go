@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/seal"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 const testNS = "sandbox"
@@ -87,7 +88,7 @@ func pullBackOff(pod *corev1.Pod) {
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "agent:missing"`}}}}
 }
 
-func answer(res api.CallResult) http.HandlerFunc {
+func answer(res wire.CallResult) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/call" {
 			http.NotFound(w, r)
@@ -116,7 +117,7 @@ func (e *env) podCount(t *testing.T) int {
 }
 
 func TestCallRunsInItsOwnPodAndDeletesIt(t *testing.T) {
-	e := newEnv(t, ready, answer(api.CallResult{SandboxID: "ignored", Result: json.RawMessage(`{"t":3}`), Stdout: "hi\n"}), 5*time.Second)
+	e := newEnv(t, ready, answer(wire.CallResult{SandboxID: "ignored", Result: json.RawMessage(`{"t":3}`), Process: wire.Process{Stdout: "hi\n"}}), 5*time.Second)
 	res, err := e.caller.Call(t.Context(), testCall(t, "agent:dev"))
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func TestCallRunsInItsOwnPodAndDeletesIt(t *testing.T) {
 		t.Errorf("%d pods left after the call", n)
 	}
 	// The runner got the call itself, env included, and nothing of serve's.
-	var sent api.CallRequest
+	var sent wire.CallRequest
 	if err := json.Unmarshal([]byte(e.body.Load().(string)), &sent); err != nil || sent.Function != "tools.weather:get" || sent.Env["UNITS"] != "metric" {
 		t.Errorf("runner got %v (%v)", e.body.Load(), err)
 	}
@@ -146,7 +147,7 @@ func TestCallRunsInItsOwnPodAndDeletesIt(t *testing.T) {
 }
 
 func TestCallNotReadyIs504NamingTheWait(t *testing.T) {
-	e := newEnv(t, pullBackOff, answer(api.CallResult{}), 300*time.Millisecond)
+	e := newEnv(t, pullBackOff, answer(wire.CallResult{}), 300*time.Millisecond)
 	start := time.Now()
 	_, err := e.caller.Call(t.Context(), testCall(t, "agent:missing"))
 	var ae *api.Error
@@ -167,7 +168,7 @@ func TestCallFailedPodIs502(t *testing.T) {
 		p.Status.Phase = corev1.PodFailed
 		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: kube.ToolInitContainer,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 127, Reason: "Error", Message: "cp: not found"}}}}
-	}, answer(api.CallResult{}), 5*time.Second)
+	}, answer(wire.CallResult{}), 5*time.Second)
 	_, err := e.caller.Call(t.Context(), testCall(t, "agent:dev"))
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Msg, "exited with code 127") {
@@ -203,7 +204,7 @@ func TestCallPodThatNeverStartedIsMadeAgain(t *testing.T) {
 			return
 		}
 		ready(p)
-	}, answer(api.CallResult{Result: json.RawMessage(`1`)}), 5*time.Second)
+	}, answer(wire.CallResult{Result: json.RawMessage(`1`)}), 5*time.Second)
 	res, err := e.caller.Call(t.Context(), testCall(t, "agent:dev"))
 	if err != nil || string(res.Result) != "1" {
 		t.Fatalf("result %+v, err %v; want the call answered by the last pod", res, err)
@@ -218,7 +219,7 @@ func TestCallPodThatNeverStartedIsMadeAgain(t *testing.T) {
 		t.Errorf("%d pods left", n)
 	}
 
-	e = newEnv(t, neverStarted, answer(api.CallResult{}), 5*time.Second)
+	e = newEnv(t, neverStarted, answer(wire.CallResult{}), 5*time.Second)
 	_, err = e.caller.Call(t.Context(), testCall(t, "agent:dev"))
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Msg, "containers started") || !strings.Contains(ae.Msg, "StartError") {
@@ -263,7 +264,7 @@ func TestCallerCancelledRequestStillDeletes(t *testing.T) {
 }
 
 func TestJanitor(t *testing.T) {
-	e := newEnv(t, ready, answer(api.CallResult{}), time.Second)
+	e := newEnv(t, ready, answer(wire.CallResult{}), time.Second)
 	mk := func(name, owner string, phase corev1.PodPhase) {
 		p := kube.ToolPod(kube.ToolPodOptions{Namespace: testNS, Image: "a", SandboxImage: "s", Owner: kube.Owner{Name: owner}, ActiveDeadline: time.Hour}, name, kube.MinUID)
 		p, err := e.cs.CoreV1().Pods(testNS).Create(t.Context(), p, metav1.CreateOptions{})
@@ -296,7 +297,7 @@ func TestJanitor(t *testing.T) {
 }
 
 func TestSlotsBoundConcurrentCalls(t *testing.T) {
-	e := newEnv(t, ready, answer(api.CallResult{}), time.Second)
+	e := newEnv(t, ready, answer(wire.CallResult{}), time.Second)
 	for range cap(e.caller.slots) {
 		e.caller.slots <- struct{}{}
 	}

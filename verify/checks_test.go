@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func statusOf(t *testing.T, rs []Result, name string) Status {
@@ -127,7 +127,7 @@ func TestInsideSnippetHere(t *testing.T) {
 	if err != nil {
 		t.Fatalf("inside.py: %v\n%s", err, out)
 	}
-	a := &answer{Status: http.StatusOK, Result: exec.Result{SandboxID: "here", Stdout: string(out)}}
+	a := &answer{Status: http.StatusOK, Result: wire.Result{SandboxID: "here", Process: wire.Process{Stdout: string(out)}}}
 	j, err := snippetJSON(a, nil, "inside")
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestInsideSnippetHere(t *testing.T) {
 
 func TestSnippetJSON(t *testing.T) {
 	ok := func(stdout string) *answer {
-		return &answer{Status: 200, Result: exec.Result{SandboxID: "s", Stdout: stdout}}
+		return &answer{Status: 200, Result: wire.Result{SandboxID: "s", Process: wire.Process{Stdout: stdout}}}
 	}
 	for name, tc := range map[string]struct {
 		a   *answer
@@ -182,7 +182,7 @@ func TestSnippetJSON(t *testing.T) {
 
 func treeAnswer(stdout, stderr string, exit int, timedOut bool, ms int64) *answer {
 	return &answer{Status: 200, Elapsed: time.Duration(ms) * time.Millisecond,
-		Result: exec.Result{SandboxID: "sb", Stdout: stdout, Stderr: stderr, ExitCode: exit, TimedOut: timedOut, DurationMS: ms}}
+		Result: wire.Result{SandboxID: "sb", Process: wire.Process{Stdout: stdout, Stderr: stderr, ExitCode: exit, TimedOut: timedOut, DurationMS: ms}}}
 }
 
 func TestJudgeTimeout(t *testing.T) {
@@ -262,13 +262,13 @@ func TestJudgeFloodAndRSS(t *testing.T) {
 	big := strings.Repeat("x", 1<<20)
 	for _, tc := range []struct {
 		name string
-		r    exec.Result
+		r    wire.Result
 		want Status
 	}{
-		{"bounded", exec.Result{Stdout: big, StdoutTruncated: true}, Pass},
-		{"no flag", exec.Result{Stdout: big}, Fail},
-		{"oom", exec.Result{OOMKilled: true, ExitCode: 137}, Fail},
-		{"nothing kept", exec.Result{StdoutTruncated: true}, Fail},
+		{"bounded", wire.Result{Process: wire.Process{Stdout: big, StdoutTruncated: true}}, Pass},
+		{"no flag", wire.Result{Process: wire.Process{Stdout: big}}, Fail},
+		{"oom", wire.Result{Process: wire.Process{OOMKilled: true, ExitCode: 137}}, Fail},
+		{"nothing kept", wire.Result{Process: wire.Process{StdoutTruncated: true}}, Fail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := judgeFlood(&answer{Status: 200, Result: tc.r}, nil); got.Status != tc.want {
@@ -579,7 +579,7 @@ func TestInsideGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := &answer{Status: http.StatusOK, Result: exec.Result{SandboxID: "golden", Stdout: string(b)}}
+			a := &answer{Status: http.StatusOK, Result: wire.Result{SandboxID: "golden", Process: wire.Process{Stdout: string(b)}}}
 			j, err := snippetJSON(a, nil, "inside")
 			if err != nil {
 				t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // podGoneDeadline bounds how long the service may take to delete a used pod;
@@ -190,7 +190,7 @@ func snippetJSON(a *answer, err error, probe string) (gjson.Result, error) {
 func (e *env) execute(ctx context.Context, code string, timeout int) (*answer, error) {
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(timeout+30)*time.Second)
 	defer cancel()
-	return e.sb.Execute(rctx, api.ExecuteRequest{Code: code, TimeoutS: timeoutS(timeout)})
+	return e.sb.Execute(rctx, wire.ExecuteRequest{Code: code, TimeoutS: timeoutS(timeout)})
 }
 
 // podUID is the UID of the snippet pod named id, "" when never seen.

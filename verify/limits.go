@@ -14,7 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 //go:embed snippets/tree.py
@@ -546,8 +546,8 @@ func checkPaths(ctx context.Context, e *env) []Result {
 	since := time.Now()
 	var bad, good []string
 	for _, c := range pathCases {
-		req := api.ExecuteRequest{Code: "print('RAN-" + tok + "')", TimeoutS: timeoutS(5),
-			Files: []api.File{{Path: c.path, Content: "x"}}}
+		req := wire.ExecuteRequest{Code: "print('RAN-" + tok + "')", TimeoutS: timeoutS(5),
+			Files: []wire.File{{Path: c.path, Content: "x"}}}
 		a, err := e.sb.Execute(ctx, req)
 		switch {
 		case err != nil:

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // answer is one POST /v1/execute as verify saw it: the raw status and body
@@ -21,7 +21,7 @@ import (
 type answer struct {
 	Status  int
 	Body    string
-	Result  api.Result
+	Result  wire.Result
 	Err     string // the error body's message on a non-2xx answer
 	Elapsed time.Duration
 }
@@ -46,7 +46,7 @@ func (a *answer) describe() string {
 // sandboxAPI is the service's public API; tests fake it.
 type sandboxAPI interface {
 	// Execute posts the request; an error means no HTTP answer at all.
-	Execute(ctx context.Context, req api.ExecuteRequest) (*answer, error)
+	Execute(ctx context.Context, req wire.ExecuteRequest) (*answer, error)
 	// Get fetches a small document (/readyz, /metrics).
 	Get(ctx context.Context, path string) (int, string, error)
 }
@@ -60,7 +60,7 @@ func newHTTPSandbox(base string) *httpSandbox {
 	return &httpSandbox{base: strings.TrimRight(base, "/"), hc: &http.Client{}}
 }
 
-func (s *httpSandbox) Execute(ctx context.Context, req api.ExecuteRequest) (*answer, error) {
+func (s *httpSandbox) Execute(ctx context.Context, req wire.ExecuteRequest) (*answer, error) {
 	// A flood answer carries at most a few MiB of output.
 	status, body, elapsed, err := s.post(ctx, "/v1/execute", req, 64<<20)
 	if status == 0 {

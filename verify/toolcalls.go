@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
 	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // The toolcalls/... checks: POST /v1/call runs a function of an allowed
@@ -72,7 +73,7 @@ func allToolChecks(st Status, format string, args ...any) []Result {
 type callAnswer struct {
 	Status  int
 	Body    string
-	Result  api.CallResult
+	Result  wire.CallResult
 	Err     string
 	Elapsed time.Duration
 }
@@ -86,9 +87,8 @@ func (a *callAnswer) asAnswer() *answer {
 		return nil
 	}
 	r := a.Result
-	return &answer{Status: a.Status, Body: a.Body, Err: a.Err, Elapsed: a.Elapsed, Result: api.Result{
-		SandboxID: r.SandboxID, Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode, DurationMS: r.DurationMS,
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated, TimedOut: r.TimedOut, OOMKilled: r.OOMKilled,
+	return &answer{Status: a.Status, Body: a.Body, Err: a.Err, Elapsed: a.Elapsed, Result: wire.Result{
+		SandboxID: r.SandboxID, Process: r.Process,
 	}}
 }
 
@@ -102,11 +102,11 @@ func (a *callAnswer) describe() string {
 
 // callAPI is the service's /v1/call; the HTTP sandbox has it, fakes may not.
 type callAPI interface {
-	Call(ctx context.Context, req api.CallRequest) (*callAnswer, error)
+	Call(ctx context.Context, req wire.CallRequest) (*callAnswer, error)
 }
 
 // Call posts req to /v1/call; an error means no usable HTTP answer.
-func (s *httpSandbox) Call(ctx context.Context, req api.CallRequest) (*callAnswer, error) {
+func (s *httpSandbox) Call(ctx context.Context, req wire.CallRequest) (*callAnswer, error) {
 	status, body, elapsed, err := s.post(ctx, "/v1/call", req, toolAnswerLimit)
 	if status == 0 {
 		return nil, err
@@ -139,7 +139,7 @@ func execCall(ctx context.Context, c callAPI, image, code string, env map[string
 	// The pod's start (up to the ready timeout) comes on top of the call's.
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Second+3*time.Minute)
 	defer cancel()
-	return c.Call(rctx, api.CallRequest{Image: image, Function: "builtins:exec", Args: args, TimeoutS: timeoutS(timeout), Env: env})
+	return c.Call(rctx, wire.CallRequest{Image: image, Function: "builtins:exec", Args: args, TimeoutS: timeoutS(timeout), Env: env})
 }
 
 // callJSON is snippetJSON for a call: the probe's line, or why there is none.

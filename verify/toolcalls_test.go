@@ -9,8 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 const goodToolEnv = `{"probe":"toolenv","hostname":"sandbox-tool-abcde","uid":2000123,"euid":2000123,"gid":2000123,"egid":2000123,
@@ -244,8 +244,8 @@ func TestToolSettingsFromDeployment(t *testing.T) {
 }
 
 func TestToolTreeJudgedAsTheRunners(t *testing.T) {
-	a := &callAnswer{Status: 200, Result: api.CallResult{SandboxID: "sandbox-tool-x", ExitCode: -1, TimedOut: true, DurationMS: 2050,
-		Stdout: "HB sigterm-ignorer 0.30\nHB heartbeat 0.31\nHB setsid-grandchild 0.35\nHB heartbeat 1.90\n"}}
+	a := &callAnswer{Status: 200, Result: wire.CallResult{SandboxID: "sandbox-tool-x", Process: wire.Process{ExitCode: -1, TimedOut: true, DurationMS: 2050,
+		Stdout: "HB sigterm-ignorer 0.30\nHB heartbeat 0.31\nHB setsid-grandchild 0.35\nHB heartbeat 1.90\n"}}}
 	if r := judgeTreeAs("toolcalls/timeout-kills-tree", a.asAnswer(), nil); r.Status != Pass || r.Name != "toolcalls/timeout-kills-tree" {
 		t.Errorf("tree killed: %s %s: %s", r.Name, r.Status, r.Evidence)
 	}

@@ -1,4 +1,4 @@
-package exec
+package wire
 
 import (
 	"path/filepath"
