@@ -2,11 +2,17 @@
 // what it did (a wire.Result). It depends on the standard library and wire
 // only, so that the pod entrypoint stays small and the guarantees it gives
 // can be read in one place.
+//
+// Running is Linux only: it is made of namespaces, cgroups, seccomp and
+// /proc, and lives in the files named *_linux.go. The rest (a Job, its
+// limits and the validation of its files and output patterns) builds
+// everywhere, for the packages that describe jobs without running them.
 package exec
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"time"
 )
 
@@ -33,4 +39,14 @@ func LocalID() string {
 	var b [12]byte
 	rand.Read(b[:]) // never fails on Linux (Go 1.24+)
 	return "local-" + hex.EncodeToString(b[:])
+}
+
+// TimedOutLine is the line a timed-out run's stderr ends with.
+func TimedOutLine(timeout time.Duration) string {
+	return "timed out after " + formatSeconds(timeout) + "\n"
+}
+
+// formatSeconds writes d in seconds: "2", or "0.5" for a fraction.
+func formatSeconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/local"
 	"github.com/sandboxd/sandbox/server"
 )
 
@@ -91,30 +90,6 @@ func (c *ServeCmd) Run(d *Deps) error {
 	}
 	log.Info("sandbox serve", "version", version, "backend", backend, "listen", c.Listen)
 	return srv.Run(d.Ctx)
-}
-
-func (c *ServeCmd) localBackend(d *Deps, log *slog.Logger) (server.Backend, func(), error) {
-	memory := c.MemoryLimitMB << 20
-	if c.MemoryLimitMB <= 0 {
-		memory = -1
-	}
-	b, err := local.New(d.Ctx, local.Options{
-		Python:        c.Python,
-		MaxConcurrent: c.MaxConcurrent,
-		QueueWait:     c.QueueWait,
-		MaxOutput:     c.MaxOutput,
-		MemoryLimit:   memory,
-		Isolation:     c.Isolation,
-		Logger:        log,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return b, func() {
-		if err := b.Close(); err != nil {
-			log.Warn("local backend: remove its directory", "error", err.Error())
-		}
-	}, nil
 }
 
 // logger builds the slog logger on stderr.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package runner is the in-pod runner: an HTTP server that takes exactly one
 // job, runs it, answers with the result and then stops. A snippet pod is used
 // once, so whatever the snippet did to its pod cannot reach the next one.
@@ -9,6 +11,9 @@
 // interpreter that ends before a job, or is not waiting within ReadyTimeout,
 // ends the runner with an error, so that the pod fails and is replaced; a job
 // that meets such an interpreter is refused with 503 and nothing of it runs.
+//
+// It runs in a Linux pod on exec's running, which is Linux only, so every
+// file of it is built for Linux only.
 package runner
 
 import (

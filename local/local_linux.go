@@ -1,15 +1,3 @@
-// Package local is the backend that runs each execution as a process on
-// this machine.
-//
-// As root (what `make run` is) every run is isolated by exec.Sandbox: a uid
-// and gid of its own, its own PID, mount, network, IPC and UTS namespaces,
-// a read-only view of the host with a fresh /proc and private, size-bounded
-// tmpfs for /tmp (its working directory), /var/tmp and /dev/shm, its own
-// memory and pids cgroups, no_new_privs and no new user namespaces. Runs
-// cannot see, signal or write one another, and nothing of a run outlives it.
-// Where a property cannot be had, IsolationAuto says which in the log and
-// IsolationStrict refuses to start. It still shares the host's kernel and
-// can read what any user may read on the host.
 package local
 
 import (
@@ -30,57 +18,6 @@ import (
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/wire"
 )
-
-// Isolation modes.
-const (
-	// IsolationAuto isolates runs as far as the host allows and logs each
-	// property it could not get.
-	IsolationAuto = "auto"
-	// IsolationStrict requires every property: New fails without one.
-	IsolationStrict = "strict"
-	// IsolationNone runs the child as a plain process, as this user. Tests
-	// use it as the positive control of their attacks.
-	IsolationNone = "none"
-)
-
-// Defaults for Options.
-const (
-	// DefaultQueueWait matches the pool's wait for a warm pod: long enough to
-	// ride out a burst, short enough that an agent hears back.
-	DefaultQueueWait = 30 * time.Second
-	// DefaultMemoryLimit bounds each run's memory: its memory cgroup where
-	// the host has one, else its address space (RLIMIT_AS). It is above a
-	// pod's 512 MiB because without a cgroup address space overcounts what
-	// Python really uses.
-	DefaultMemoryLimit = 1 << 30
-	retryAfter         = time.Second
-)
-
-// Options configure the local backend.
-type Options struct {
-	// Python is the interpreter; "" means python3 from the child's PATH.
-	Python string
-	// MaxConcurrent bounds executions running at once; 0 means 2 × CPUs.
-	MaxConcurrent int
-	// QueueWait is how long an execution waits for a slot before a 503;
-	// 0 means DefaultQueueWait.
-	QueueWait time.Duration
-	// MaxOutput is the bytes kept per stream; 0 means exec's default.
-	MaxOutput int
-	// MemoryLimit bounds each run's memory in bytes (see
-	// DefaultMemoryLimit); 0 means DefaultMemoryLimit, negative means none.
-	MemoryLimit int64
-	// MaxProcs bounds each run's processes and threads; 0 means exec's
-	// default.
-	MaxProcs int
-	// DiskLimit bounds each of a run's tmpfs mounts; 0 means exec's
-	// default.
-	DiskLimit int64
-	// Isolation is IsolationAuto (""), IsolationStrict or IsolationNone.
-	Isolation string
-	// Logger receives the start-up report; nil discards it.
-	Logger *slog.Logger
-}
 
 // Backend runs executions as local processes. It implements server.Backend.
 type Backend struct {

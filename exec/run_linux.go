@@ -7,7 +7,6 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -526,16 +525,6 @@ func appendLine(s, line string) string {
 		s += "\n"
 	}
 	return s + line
-}
-
-// TimedOutLine is the line a timed-out run's stderr ends with.
-func TimedOutLine(timeout time.Duration) string {
-	return "timed out after " + formatSeconds(timeout) + "\n"
-}
-
-// formatSeconds writes d in seconds: "2", or "0.5" for a fraction.
-func formatSeconds(d time.Duration) string {
-	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }
 
 // findPython resolves the interpreter in the child's PATH, not the
