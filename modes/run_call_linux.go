@@ -3,11 +3,9 @@ package modes
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 
 	"github.com/sandboxd/sandbox/runner"
-	"github.com/sandboxd/sandbox/weaken"
 )
 
 // serveCall is `sandbox run --call`, a tool pod's entrypoint: it serves one
@@ -27,29 +25,5 @@ func (c *RunCmd) serveCall(d *Deps) error {
 		}
 		opts.Dir = wd
 	}
-	id := c.SandboxID
-	if id == "" {
-		id, _ = os.Hostname()
-	}
-	log := slog.New(slog.NewJSONHandler(d.Stderr, nil))
-	s, err := runner.New(runner.Options{
-		Listen:     c.Listen,
-		MaxTimeout: c.MaxTimeout,
-		SandboxID:  id,
-		Exec:       opts,
-		Logger:     log,
-		Call:       true,
-		CallEnv:    runner.ToolEnv(os.Environ()),
-
-		SealTargets:         c.sealTargets(),
-		Resolver:            c.Resolver,
-		UnsafeUnprovenReady: c.unsafe().Has(weaken.UnprovenReady),
-	})
-	if err != nil {
-		return err
-	}
-	if names := c.unsafe().Names(true); names != nil {
-		log.Warn("runner deliberately weakened for verify's negative tests", "unsafe", names)
-	}
-	return s.Run(d.Ctx)
+	return c.serveRunner(d, runner.Options{Exec: opts, Call: true, CallEnv: runner.ToolEnv(os.Environ())})
 }

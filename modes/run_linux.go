@@ -29,28 +29,29 @@ func (c *RunCmd) Run(d *Deps) error {
 			return fmt.Errorf("runner: %w", err)
 		}
 	}
-	id := c.SandboxID
-	if id == "" {
-		id, _ = os.Hostname()
-	}
-	log := slog.New(slog.NewJSONHandler(d.Stderr, nil))
-	s, err := runner.New(runner.Options{
-		Listen:       c.Listen,
-		MaxTimeout:   c.MaxTimeout,
-		SandboxID:    id,
-		PodPidsLimit: c.PodPidsLimit,
-		Exec:         opts,
-		Logger:       log,
+	return c.serveRunner(d, runner.Options{PodPidsLimit: c.PodPidsLimit, Exec: opts})
+}
 
-		SealTargets:         c.sealTargets(),
-		Resolver:            c.Resolver,
-		UnsafeUnprovenReady: c.unsafe().Has(weaken.UnprovenReady),
-	})
+// serveRunner serves the one job or call of a pod with o and the flags the
+// two forms share: the listener, the longest timeout, the sandbox id, the
+// seal and the weakenings.
+func (c *RunCmd) serveRunner(d *Deps, o runner.Options) error {
+	o.SandboxID = c.SandboxID
+	if o.SandboxID == "" {
+		o.SandboxID, _ = os.Hostname()
+	}
+	o.Listen = c.Listen
+	o.MaxTimeout = c.MaxTimeout
+	o.Logger = slog.New(slog.NewJSONHandler(d.Stderr, nil))
+	o.SealTargets = c.sealTargets()
+	o.Resolver = c.Resolver
+	o.UnsafeUnprovenReady = c.unsafe().Has(weaken.UnprovenReady)
+	s, err := runner.New(o)
 	if err != nil {
 		return err
 	}
 	if names := c.unsafe().Names(true); names != nil {
-		log.Warn("runner deliberately weakened for verify's negative tests", "unsafe", names)
+		o.Logger.Warn("runner deliberately weakened for verify's negative tests", "unsafe", names)
 	}
 	return s.Run(d.Ctx)
 }

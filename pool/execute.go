@@ -1,19 +1,15 @@
 package pool
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,13 +19,10 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/exec"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/runnerclient"
 	"github.com/sandboxd/sandbox/weaken"
 	"github.com/sandboxd/sandbox/wire"
 )
-
-// runSlack is what a run may take beyond the job's own timeout before the
-// pool stops waiting for the runner: its kill, reaping and answer.
-const runSlack = 15 * time.Second
 
 // answerGrace is how long past the job's timeout the pool waits for the
 // runner's answer before it answers in the runner's place. The runner kills
@@ -153,7 +146,7 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	if timeout <= 0 {
 		timeout = api.MaxTimeoutS * time.Second
 	}
-	rctx, cancel := context.WithTimeout(ctx, timeout+runSlack)
+	rctx, cancel := context.WithTimeout(ctx, timeout+runnerclient.Slack)
 	defer cancel()
 	rctx, died := context.WithCancelCause(rctx)
 	defer p.watchRun(rctx, pod.Name, died)()
@@ -173,62 +166,44 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 			}
 		},
 	})
-	req, err := http.NewRequestWithContext(traced, http.MethodPost, "http://"+addr+"/v1/execute", bytes.NewReader(body))
-	if err != nil {
-		return wire.Result{}, fmt.Errorf("build runner request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-
 	start := time.Now()
 	timing := api.TimingOf(ctx)
 	defer func() { timing.Add(api.TimingRunner, time.Since(start)) }()
-	resp, err := p.http.Do(req)
-	if err != nil {
+	var res wire.Result
+	header, err := runnerclient.Post(traced, p.http, addr, "/v1/execute", "sandbox pod "+pod.Name, body, maxResultBytes, &res)
+	var (
+		refusal *runnerclient.Refusal
+		lost    *runnerclient.Lost
+	)
+	switch {
+	case errors.As(err, &refusal):
+		switch {
+		case refusal.Unsealed():
+			// The runner has no current proof that its egress is cut: nothing ran.
+			return wire.Result{}, &errUnsealedRunner{pod: pod.Name, msg: refusal.Msg}
+		case refusal.Status == http.StatusConflict || refusal.Status == http.StatusServiceUnavailable:
+			// The runner refused the job (already used, not ready): nothing ran.
+			return wire.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", refusal.Msg)}
+		}
+		return wire.Result{}, refusal.Answer()
+	case errors.As(err, &lost):
 		switch {
 		case isDialError(err):
-			return wire.Result{}, &notDelivered{pod: pod.Name, err: err}
+			return wire.Result{}, &notDelivered{pod: pod.Name, err: lost.Err}
 		case ctx.Err() != nil:
 			return wire.Result{}, ctx.Err()
 		case errors.Is(context.Cause(rctx), errOverdue):
 			return p.overdue(pod.Name, start, timeout), nil
 		}
-		return p.verdict(ctx, pod.Name, start, err)
+		return p.verdict(ctx, pod.Name, start, lost.Err)
+	case err != nil:
+		return wire.Result{}, err
 	}
-	defer resp.Body.Close()
-
-	var msg string
-	if resp.StatusCode != http.StatusOK {
-		msg = api.ErrorOf(resp)
-	}
-	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusServiceUnavailable && strings.HasPrefix(msg, api.NotSealed):
-		// The runner has no current proof that its egress is cut: nothing ran.
-		return wire.Result{}, &errUnsealedRunner{pod: pod.Name, msg: msg}
-	case resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusServiceUnavailable:
-		// The runner refused the job (already used, not ready): nothing ran.
-		return wire.Result{}, &notDelivered{pod: pod.Name, err: fmt.Errorf("runner refused the job: %s", msg)}
-	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return wire.Result{}, &api.Error{Status: resp.StatusCode, Msg: msg}
-	default:
-		return wire.Result{}, &api.Error{Status: http.StatusBadGateway,
-			Msg: fmt.Sprintf("sandbox pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
-	}
-	parts := api.ParseServerTiming(resp.Header.Get(api.ServerTiming))
+	parts := api.ParseServerTiming(header.Get(api.ServerTiming))
 	for _, name := range slices.Sorted(maps.Keys(parts)) {
 		if name == api.TimingRunnerJob || api.IsPodPart(name) {
 			timing.AddMS(name, parts[name])
 		}
-	}
-	var res wire.Result
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResultBytes)).Decode(&res); err != nil {
-		if ctx.Err() != nil {
-			return wire.Result{}, ctx.Err()
-		}
-		if errors.Is(context.Cause(rctx), errOverdue) {
-			return p.overdue(pod.Name, start, timeout), nil
-		}
-		return p.verdict(ctx, pod.Name, start, fmt.Errorf("read runner answer: %w", err))
 	}
 	if res.SandboxID != "" && res.SandboxID != pod.Name {
 		// The runner names its own pod: another pod answered at this IP (an

@@ -1,12 +1,10 @@
 package toolpod
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/runnerclient"
 	"github.com/sandboxd/sandbox/wire"
 )
 
@@ -263,50 +262,28 @@ func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (wire
 		return wire.CallResult{}, err
 	}
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(c.opts.Pod.RunnerPort)))
-	rctx, cancel := context.WithTimeout(ctx, call.Timeout+runSlack)
+	rctx, cancel := context.WithTimeout(ctx, call.Timeout+runnerclient.Slack)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+addr+"/v1/call", bytes.NewReader(body))
-	if err != nil {
-		return wire.CallResult{}, fmt.Errorf("build runner request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return wire.CallResult{}, ctx.Err()
-		}
-		return c.verdict(pod.Name, start, err)
-	}
-	defer resp.Body.Close()
-	var msg string
-	if resp.StatusCode != http.StatusOK {
-		msg = api.ErrorOf(resp)
-	}
-	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusServiceUnavailable && strings.HasPrefix(msg, api.NotSealed):
-		// The runner lost its proof after it was Ready: nothing ran.
-		return wire.CallResult{}, api.NotSealedError(fmt.Sprintf("tool pod %s: %s", pod.Name, strings.TrimPrefix(strings.TrimPrefix(msg, api.NotSealed), ": ")))
-	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return wire.CallResult{}, &api.Error{Status: resp.StatusCode, Msg: msg}
-	default:
-		return wire.CallResult{}, &api.Error{Status: http.StatusBadGateway,
-			Msg: fmt.Sprintf("tool pod %s: runner answered %d: %s", pod.Name, resp.StatusCode, msg)}
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
-	if err != nil {
-		if ctx.Err() != nil {
-			return wire.CallResult{}, ctx.Err()
-		}
-		return c.verdict(pod.Name, start, fmt.Errorf("read runner answer: %w", err))
-	}
-	if len(b) > maxAnswer {
-		return wire.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is over %d bytes", pod.Name, maxAnswer)}
-	}
 	var res wire.CallResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return wire.CallResult{}, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("tool pod %s: the runner's answer is not a call result: %v", pod.Name, err)}
+	_, err = runnerclient.Post(rctx, c.http, addr, "/v1/call", "tool pod "+pod.Name, body, maxAnswer, &res)
+	var (
+		refusal *runnerclient.Refusal
+		lost    *runnerclient.Lost
+	)
+	switch {
+	case errors.As(err, &refusal) && refusal.Unsealed():
+		// The runner lost its proof after it was Ready: nothing ran.
+		return wire.CallResult{}, api.NotSealedError(fmt.Sprintf("tool pod %s: %s", pod.Name, strings.TrimPrefix(strings.TrimPrefix(refusal.Msg, api.NotSealed), ": ")))
+	case errors.As(err, &refusal):
+		return wire.CallResult{}, refusal.Answer()
+	case errors.As(err, &lost):
+		if ctx.Err() != nil {
+			return wire.CallResult{}, ctx.Err()
+		}
+		return c.verdict(pod.Name, start, lost.Err)
+	case err != nil:
+		return wire.CallResult{}, err
 	}
 	return res, nil
 }

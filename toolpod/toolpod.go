@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/runnerclient"
 )
 
 // Defaults of a Caller.
@@ -30,9 +31,6 @@ const (
 	DefaultMaxConcurrent = 8
 	// slotWait is how long a call waits for one of those slots before 503.
 	slotWait = 30 * time.Second
-	// runSlack is what a call may take beyond its own timeout before the
-	// service stops waiting for the runner: its kill, reaping and answer.
-	runSlack = 15 * time.Second
 	// deleteTimeout bounds the delete after a call, off the request's
 	// context so that a client that went away still gets its pod deleted.
 	deleteTimeout = 20 * time.Second
@@ -109,7 +107,7 @@ func New(o Options) (*Caller, error) {
 	if o.Pod.ActiveDeadline <= 0 {
 		// Ready, the longest call, its slack, and a margin: past this the
 		// pod cannot be doing anything the service still waits for.
-		o.Pod.ActiveDeadline = o.ReadyTimeout + o.Pod.MaxTimeout + runSlack + time.Minute
+		o.Pod.ActiveDeadline = o.ReadyTimeout + o.Pod.MaxTimeout + runnerclient.Slack + time.Minute
 	}
 	o.Pod.Namespace = o.Namespace
 	if o.Logger == nil {
