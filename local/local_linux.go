@@ -124,6 +124,12 @@ func (b *Backend) run(ctx context.Context, job exec.Job, iso isolation) (wire.Re
 	return res, err
 }
 
+// MaxAnswer is the longest an execution may take: the wait for a slot, the
+// longest snippet, and runSlack. It implements server.MaxAnswerer.
+func (b *Backend) MaxAnswer() time.Duration {
+	return b.opts.QueueWait + api.MaxTimeoutS*time.Second + runSlack
+}
+
 // acquire waits for an execution slot, at most QueueWait.
 func (b *Backend) acquire(ctx context.Context) error {
 	select {

@@ -43,6 +43,10 @@ const (
 	// Python really uses.
 	DefaultMemoryLimit = 1 << 30
 	retryAfter         = time.Second
+	// runSlack is what a run may take past its timeout: exec kills the
+	// tree at the deadline and waits a moment for it to exit and for its
+	// output.
+	runSlack = 10 * time.Second
 )
 
 // Options configure the local backend.

@@ -41,6 +41,13 @@ var errOverdue = errors.New("the runner did not answer in time after the job's t
 // oomStderr is the line a run killed with its pod for memory gets.
 const oomStderr = "sandbox: the run exceeded the sandbox memory limit (" + kube.SnippetMemory + ") and the pod was killed (out of memory)\n"
 
+// MaxAnswer is the longest an execution may take: the wait for a pod, the
+// longest snippet and the runner's slack after it, and the wait for a dead
+// pod's status to say why. It implements server.MaxAnswerer.
+func (p *Pool) MaxAnswer() time.Duration {
+	return p.opts.Wait + api.MaxTimeoutS*time.Second + runnerclient.Slack + verdictWait
+}
+
 // Execute runs job in a fresh pod from the pool and deletes the pod after.
 // It implements server.Backend.
 func (p *Pool) Execute(ctx context.Context, job exec.Job) (wire.Result, error) {

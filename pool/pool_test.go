@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -677,5 +678,21 @@ func TestExecuteTiming(t *testing.T) {
 	}
 	if _, ok := got["other"]; got[api.TimingPodReady] != 900 || ok {
 		t.Errorf("timing %v: want the runner's %s passed on, and no part of its that is not the pod's", got, api.TimingPodReady)
+	}
+}
+
+// TestMaxAnswerFollowsWait: raising --pool-wait raises the longest answer
+// the pool reports, and so serve's write timeout, by as much.
+func TestMaxAnswerFollowsWait(t *testing.T) {
+	answer := func(wait time.Duration) time.Duration {
+		p, err := New(Options{Client: fake.NewSimpleClientset(), Namespace: "ns", Pod: kube.PodOptions{Image: "sandbox:dev"}, Wait: wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.MaxAnswer()
+	}
+	short, long := answer(DefaultWait), answer(10*time.Minute)
+	if long-short != 10*time.Minute-DefaultWait || short < DefaultWait+api.MaxTimeoutS*time.Second {
+		t.Errorf("MaxAnswer: %s with the default wait, %s with ten minutes", short, long)
 	}
 }

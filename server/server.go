@@ -27,11 +27,10 @@ const (
 	// connection before its request is complete; a 1 MiB body needs far less.
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
-	// writeTimeout must outlast the slowest answer: for a snippet a wait
-	// for a free sandbox (30 s in the pool), the longest snippet, and the
-	// reply; for a tool call, which is longer, a wait for a slot (30 s), a
-	// pod's readiness deadline (110 s), the longest call and its slack.
-	writeTimeout = 30*time.Second + 110*time.Second + api.MaxCallTimeoutS*time.Second + time.Minute
+	// writeSlack is what writing an answer may take once it is ready: tens
+	// of MiB at the most (api.MaxResultBytes) to a client on a slow link.
+	// The write timeout is the longest answer (see MaxAnswerer) plus this.
+	writeSlack = time.Minute
 	// idleTimeout closes keep-alive connections agents forgot about.
 	idleTimeout = 2 * time.Minute
 )
@@ -58,6 +57,28 @@ type Options struct {
 	// the path unserved (404), so a deployment opts in.
 	Caller     Caller
 	CallPolicy api.CallPolicy
+}
+
+// MaxAnswerer is implemented by a Backend or Caller that can say how long
+// its answer may take at the most, from the request's arrival to its
+// result: its waits for capacity, the longest run and the slack after it,
+// as configured. The server's write timeout covers the longest, so that
+// raising a wait cannot cut an answer off mid-write.
+type MaxAnswerer interface {
+	MaxAnswer() time.Duration
+}
+
+// writeTimeout is the HTTP write timeout: the longest answer of the
+// backend and the caller (the longest snippet for one that does not say),
+// and writeSlack to write it.
+func (s *Server) writeTimeout() time.Duration {
+	longest := api.MaxTimeoutS * time.Second
+	for _, x := range []any{s.opts.Backend, s.opts.Caller} {
+		if m, ok := x.(MaxAnswerer); ok {
+			longest = max(longest, m.MaxAnswer())
+		}
+	}
+	return longest + writeSlack
 }
 
 // MetricsRegisterer is implemented by backends that have metrics of their
@@ -164,7 +185,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
+		WriteTimeout:      s.writeTimeout(),
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return s.runCtx },

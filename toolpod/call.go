@@ -25,6 +25,14 @@ import (
 	"github.com/sandboxd/sandbox/wire"
 )
 
+// MaxAnswer is the longest a call may take: the wait for a slot, the pod's
+// readiness deadline, the longest call and the runner's slack after it,
+// and the look at a dead pod's status (verdictWait). It implements
+// server.MaxAnswerer.
+func (c *Caller) MaxAnswer() time.Duration {
+	return slotWait + c.opts.ReadyTimeout + api.MaxCallTimeoutS*time.Second + runnerclient.Slack + verdictWait
+}
+
 // Call runs call in a new pod of call.Image and deletes the pod before it
 // returns (or, if the delete fails, leaves it to the janitor and
 // activeDeadlineSeconds). A pod that is not Ready within the readiness
@@ -291,7 +299,7 @@ func (c *Caller) send(ctx context.Context, pod *corev1.Pod, call api.Call) (wire
 // verdict explains a call whose connection broke, from the pod's status: an
 // out-of-memory kill is a result (exit 137, oom_killed), anything else a 502.
 func (c *Caller) verdict(name string, start time.Time, cause error) (wire.CallResult, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), verdictWait)
 	defer cancel()
 	var d kube.Death
 	for ctx.Err() == nil {

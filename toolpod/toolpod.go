@@ -31,6 +31,9 @@ const (
 	DefaultMaxConcurrent = 8
 	// slotWait is how long a call waits for one of those slots before 503.
 	slotWait = 30 * time.Second
+	// verdictWait bounds the look at a pod whose runner's connection broke:
+	// the kubelet reports a container's end a moment after it happens.
+	verdictWait = 10 * time.Second
 	// deleteTimeout bounds the delete after a call, off the request's
 	// context so that a client that went away still gets its pod deleted.
 	deleteTimeout = 20 * time.Second

@@ -351,3 +351,14 @@ func TestCallRunnerUnsealedIs503(t *testing.T) {
 		t.Fatalf("err %v, want 503 %q", err, api.NotSealed)
 	}
 }
+
+// TestMaxAnswerFollowsReadyTimeout: raising --tool-ready-timeout raises the
+// longest answer the caller reports, and so serve's write timeout, by as
+// much.
+func TestMaxAnswerFollowsReadyTimeout(t *testing.T) {
+	short := newEnv(t, ready, answer(wire.CallResult{}), time.Minute).caller.MaxAnswer()
+	long := newEnv(t, ready, answer(wire.CallResult{}), 15*time.Minute).caller.MaxAnswer()
+	if long-short != 14*time.Minute || short < time.Minute+api.MaxCallTimeoutS*time.Second {
+		t.Errorf("MaxAnswer: %s ready within a minute, %s within fifteen", short, long)
+	}
+}
