@@ -252,7 +252,7 @@ func TestPoolRefill(t *testing.T) {
 // never-ready weakening), so its one pod stays Running and not Ready.
 // (--pool-size 0 is refused by serve.)
 var emptyPool = serveChange{
-	args:     []string{"--pool-size=1", "--pool-wait=2s", "--unsafe=never-ready"},
+	args:     []string{"--pool-size=1", "--pool-wait=2s", "--weaken=never-ready"},
 	coldPool: true,
 }
 

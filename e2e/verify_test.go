@@ -137,12 +137,12 @@ type policiesKey struct{}
 
 // TestVerifyWithoutNetworkPolicy deletes the namespace's NetworkPolicies
 // from a deployment whose runners report Ready without proving their
-// egress cut (serve's --unsafe=unproven-ready: without it no pod would be
+// egress cut (serve's --weaken=unproven-ready: without it no pod would be
 // Ready on the open network, TestUnsealedNetworkNeverReady), and asserts
 // that every network block check FAILs; then it puts the very same
 // policies back and serve as it was.
 func TestVerifyWithoutNetworkPolicy(t *testing.T) {
-	const flag = "--unsafe=unproven-ready"
+	const flag = "--weaken=unproven-ready"
 	f := features.New("sandbox verify fails without NetworkPolicies").
 		WithLabel("needs", "service").
 		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
@@ -358,7 +358,7 @@ func weakenedFeature(name string, knobs []knob, extraArgs []string, psa string, 
 // TestVerifyRootPodWithToken: snippet pods as uid 0 with the service-account
 // token mounted (the namespace relaxed to privileged so they are admitted).
 func TestVerifyRootPodWithToken(t *testing.T) {
-	const flag = "--unsafe=root-token"
+	const flag = "--weaken=root-token"
 	testenv.Test(t, weakenedFeature("sandbox verify fails on root pods with a token", []knob{{"serve", flag}}, []string{flag}, "privileged",
 		"posture,inside",
 		[]string{"posture/pod-security-restricted", "posture/pod-spec-container", "posture/pod-spec-isolation",
@@ -369,7 +369,7 @@ func TestVerifyRootPodWithToken(t *testing.T) {
 // leader process on timeout. The fork bomb's children then hold its output
 // open and its answer comes late.
 func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
-	const flag = "--unsafe=kill-leader-only"
+	const flag = "--weaken=kill-leader-only"
 	knobs := []knob{{"serve", flag}, {"run", flag}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
 		"runner,toolcalls", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered", "toolcalls/timeout-kills-tree"}))
@@ -381,7 +381,7 @@ func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
 // (the node's stand-in "public" address, which serve's --tool-egress-deny
 // names, answers a tool pod again).
 func TestVerifyICMPAndUnfenced(t *testing.T) {
-	flags := []string{"--unsafe=allow-icmp", "--unsafe=unfenced"}
+	flags := []string{"--weaken=allow-icmp", "--weaken=unfenced"}
 	knobs := []knob{{"serve", flags[0]}, {"serve", flags[1]}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on pods that may ping and tool pods that reach the nodes", knobs, flags, "",
 		"network,toolcalls", []string{"network/icmp", "toolcalls/icmp", "toolcalls/node-addresses"}))
@@ -391,7 +391,7 @@ func TestVerifyICMPAndUnfenced(t *testing.T) {
 // egress cut (policies intact): verify's copy of a live pod, where no policy
 // applies, becomes Ready, and network/ready-on-proof must FAIL.
 func TestVerifyUnprovenReady(t *testing.T) {
-	const flag = "--unsafe=unproven-ready"
+	const flag = "--weaken=unproven-ready"
 	knobs := []knob{{"serve", flag}, {"run", flag}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on runners Ready without proof", knobs, []string{flag}, "",
 		"network", []string{"network/ready-on-proof"}))

@@ -52,9 +52,9 @@ type (
 // internet policy (tool pods may then reach every address, the API server
 // included). A tool pod then cannot prove its egress cut, so a call fails
 // closed with the 503 that says why. Runners that skip the proof (serve's
-// --unsafe=unproven-ready) do run the calls, and verify's tool-call block
+// --weaken=unproven-ready) do run the calls, and verify's tool-call block
 // checks FAIL while the internet check still PASSes; serve is unfenced
-// too (--unsafe=unfenced), so that toolcalls/node-addresses fails on the
+// too (--weaken=unfenced), so that toolcalls/node-addresses fails on the
 // node's public stand-in address as well. Then the very same policy and
 // serve are put back.
 func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
@@ -102,7 +102,7 @@ func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 			return ctx
 		}).
 		Assess("with runners that skip the proof, the tool-call block checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			const flag, unfenced = "--unsafe=unproven-ready", "--unsafe=unfenced"
+			const flag, unfenced = "--weaken=unproven-ready", "--weaken=unfenced"
 			if !binaryAccepts(ctx, "serve", flag) || !binaryAccepts(ctx, "run", flag) || !binaryAccepts(ctx, "serve", unfenced) {
 				t.Fatalf("the binary does not accept %s and %s", flag, unfenced)
 			}
@@ -141,10 +141,10 @@ func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 }
 
 // TestVerifyToolPodRootWithToken: tool pods as uid 0 with the
-// service-account token mounted (serve's --unsafe=tool-root-token, the
+// service-account token mounted (serve's --weaken=tool-root-token, the
 // namespace relaxed to privileged so they are admitted).
 func TestVerifyToolPodRootWithToken(t *testing.T) {
-	const flag = "--unsafe=tool-root-token"
+	const flag = "--weaken=tool-root-token"
 	testenv.Test(t, weakenedFeature("sandbox verify fails on root tool pods with a token", []knob{{"serve", flag}}, []string{flag}, "privileged",
 		"toolcalls", []string{"toolcalls/non-root", "toolcalls/no-credentials"}))
 }

@@ -199,10 +199,10 @@ func TestRunnerDeathKillsChild(t *testing.T) {
 	t.Errorf("the child %d outlived its runner", pid)
 }
 
-// TestUnsafeKillLeaderOnly shows that the tree kill is what stops a setsid()
+// TestWeakenKillLeaderOnly shows that the tree kill is what stops a setsid()
 // grandchild: the same snippet's grandchild outlives the deadline only when
 // the weakened mode is on (verify's negative test relies on that).
-func TestUnsafeKillLeaderOnly(t *testing.T) {
+func TestWeakenKillLeaderOnly(t *testing.T) {
 	const code = `import os, sys, time
 if os.fork() == 0:
     os.setsid()
@@ -213,15 +213,15 @@ time.sleep(300)
 `
 	tests := []struct {
 		name         string
-		unsafe       bool
+		weakened     bool
 		wantSurvivor bool
 	}{
-		{name: "tree kill", unsafe: false, wantSurvivor: false},
-		{name: "leader only", unsafe: true, wantSurvivor: true},
+		{name: "tree kill", weakened: false, wantSurvivor: false},
+		{name: "leader only", weakened: true, wantSurvivor: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := run(t, Job{Code: code, Timeout: time.Second}, Options{UnsafeKillLeaderOnly: tt.unsafe})
+			res := run(t, Job{Code: code, Timeout: time.Second}, Options{WeakenKillLeaderOnly: tt.weakened})
 			if !res.TimedOut {
 				t.Fatalf("timed_out = false; result %+v", res)
 			}

@@ -38,12 +38,12 @@ type Options struct {
 	// CPU. The runner sets it in a pod, with Nice, for the same reason.
 	IdleCPU bool
 
-	// UnsafeKillLeaderOnly makes Run as weak as a naive runner: at the
+	// WeakenKillLeaderOnly makes Run as weak as a naive runner: at the
 	// deadline it kills only the python3 process, never sweeps its tree, and
 	// waits for the pipes to close. It exists so that `sandbox verify` can be
 	// shown to catch a runner without the process-tree kill; never set it
 	// otherwise.
-	UnsafeKillLeaderOnly bool
+	WeakenKillLeaderOnly bool
 }
 
 func (o Options) maxOutput() int {

@@ -371,7 +371,7 @@ func (c *child) waitAndKill(ctx context.Context, timeout time.Duration, opts Opt
 	case end.setupErr != nil:
 		end.killErr = killRun(c.pid)
 		end.waitErr, end.reaped = <-c.waited, true
-	case (end.timedOut || end.cancelled) && opts.UnsafeKillLeaderOnly:
+	case (end.timedOut || end.cancelled) && opts.WeakenKillLeaderOnly:
 		end.killErr = c.cmd.Process.Kill()
 		end.waitErr, end.reaped = <-c.waited, true
 	case end.timedOut || end.cancelled:
@@ -386,7 +386,7 @@ func (c *child) waitAndKill(ctx context.Context, timeout time.Duration, opts Opt
 	live.Lock()
 	delete(live.pids, c.pid)
 	live.Unlock()
-	if !opts.UnsafeKillLeaderOnly {
+	if !opts.WeakenKillLeaderOnly {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
 		if os.Getpid() == 1 {
 			sctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), settleBy)

@@ -91,10 +91,10 @@ type PodOptions struct {
 	// Seal is what the pods' runner proves cut before it is Ready.
 	Seal SealOptions
 
-	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
+	// Weaken weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. The restricted namespace refuses a
 	// root-token pod anyway.
-	Unsafe weaken.Set
+	Weaken weaken.Set
 }
 
 // The snippet pods' DNS modes (serve's --snippet-dns).
@@ -191,7 +191,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	if port == 0 {
 		port = DefaultRunnerPort
 	}
-	id := newIdentity(uid, o.Unsafe.Has(weaken.RootToken))
+	id := newIdentity(uid, o.Weaken.Has(weaken.RootToken))
 	no := false
 	dnsMode := o.DNS
 	if dnsMode == "" {
@@ -206,11 +206,11 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	if sealed {
 		args = append(args, "--resolver", seal.ResolverAddr)
 	}
-	if o.Unsafe.Has(weaken.NeverReady) {
+	if o.Weaken.Has(weaken.NeverReady) {
 		args[2] = ":" + strconv.Itoa(int(port)+1)
 	}
-	for _, n := range o.Unsafe.Names(true) {
-		args = append(args, "--unsafe", n)
+	for _, n := range o.Weaken.Names(true) {
+		args = append(args, "--weaken", n)
 	}
 	deadline := int64(ActiveDeadlineSeconds)
 	grace := int64(0)
@@ -279,7 +279,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{host}}
 		pod.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: seal.UnprivilegedPortSysctl, Value: seal.UnprivilegedPortStart}}
 	}
-	closeICMP(pod, o.Unsafe)
+	closeICMP(pod, o.Weaken)
 	return placed(pod, o.RuntimeClass, o.Owner)
 }
 

@@ -307,24 +307,24 @@ func TestIsReady(t *testing.T) {
 	}
 }
 
-func TestSnippetPodUnsafeForVerify(t *testing.T) {
-	unsafe, err := weaken.Parse([]string{"root-token", "kill-leader-only", "never-ready"}, false)
+func TestSnippetPodWeakenedForVerify(t *testing.T) {
+	weakened, err := weaken.Parse([]string{"root-token", "kill-leader-only", "never-ready"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := testPod(PodOptions{Unsafe: unsafe})
+	pod := testPod(PodOptions{Weaken: weakened})
 	sc := pod.Spec.Containers[0].SecurityContext
 	if *pod.Spec.SecurityContext.RunAsUser != 0 || *sc.RunAsUser != 0 || *sc.RunAsNonRoot || !*pod.Spec.AutomountServiceAccountToken {
 		t.Errorf("root-token pod: uid %d nonRoot %v token %v", *sc.RunAsUser, *sc.RunAsNonRoot, *pod.Spec.AutomountServiceAccountToken)
 	}
-	want := []string{"run", "--listen", ":8081", "--workdir", Workdir, "--resolver", seal.ResolverAddr, "--unsafe", "kill-leader-only",
+	want := []string{"run", "--listen", ":8081", "--workdir", Workdir, "--resolver", seal.ResolverAddr, "--weaken", "kill-leader-only",
 		"--seal-icmp", "$(" + seal.NodeIPEnv + ")"}
 	if args := pod.Spec.Containers[0].Args; !slices.Equal(args, want) {
 		t.Errorf("args %q, want %q", args, want)
 	}
 	// Everything else stays as hardened as ever.
 	if *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || sc.Capabilities.Drop[0] != "ALL" {
-		t.Errorf("unsafe mode weakened more than asked: %+v", sc)
+		t.Errorf("weakened more than asked: %+v", sc)
 	}
 }
 
@@ -407,9 +407,9 @@ func TestICMPClosed(t *testing.T) {
 		name string
 		pod  func(weaken.Set) *corev1.Pod
 	}{
-		{"snippet", func(w weaken.Set) *corev1.Pod { return testPod(PodOptions{Unsafe: w}) }},
+		{"snippet", func(w weaken.Set) *corev1.Pod { return testPod(PodOptions{Weaken: w}) }},
 		{"tool", func(w weaken.Set) *corev1.Pod {
-			return ToolPod(ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1", Unsafe: w}, "t", 123456)
+			return ToolPod(ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1", Weaken: w}, "t", 123456)
 		}},
 	} {
 		for _, open := range []bool{false, true} {

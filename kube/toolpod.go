@@ -75,10 +75,10 @@ type ToolPodOptions struct {
 	// pod keeps the cluster DNS, which its internet egress needs, so its
 	// Seal.DNS is not used.
 	Seal SealOptions
-	// Unsafe weakens the pod on purpose (see package weaken); the zero Set
+	// Weaken weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. Runner weakenings are handed to the pod's
 	// runner as for snippet pods.
-	Unsafe weaken.Set
+	Weaken weaken.Set
 }
 
 // ToolSelector selects the tool pods of one owner ("" : of every owner).
@@ -100,7 +100,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	if port == 0 {
 		port = DefaultRunnerPort
 	}
-	id := newIdentity(uid, o.Unsafe.Has(weaken.ToolRootToken))
+	id := newIdentity(uid, o.Weaken.Has(weaken.ToolRootToken))
 	no := false
 	deadline := int64(o.ActiveDeadline / time.Second)
 	grace := int64(0)
@@ -119,8 +119,8 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 		args = append(args, "--python", o.Python)
 	}
 	args = append(args, o.Seal.args(false)...)
-	for _, n := range o.Unsafe.Names(true) {
-		args = append(args, "--unsafe", n)
+	for _, n := range o.Weaken.Names(true) {
+		args = append(args, "--weaken", n)
 	}
 	tmp := resource.MustParse(ToolScratchSize)
 	binSize := resource.MustParse(ToolBinSize)
@@ -179,7 +179,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 			},
 		},
 	}
-	closeICMP(pod, o.Unsafe)
+	closeICMP(pod, o.Weaken)
 	return placed(pod, o.RuntimeClass, o.Owner)
 }
 

@@ -15,20 +15,20 @@ func TestToolPodWeakened(t *testing.T) {
 	if *p.Spec.AutomountServiceAccountToken || !*p.Spec.SecurityContext.RunAsNonRoot || *p.Spec.SecurityContext.RunAsUser == 0 {
 		t.Fatalf("the unweakened tool pod is not hardened: %+v", p.Spec.SecurityContext)
 	}
-	if slices.Contains(p.Spec.Containers[0].Args, "--unsafe") {
+	if slices.Contains(p.Spec.Containers[0].Args, "--weaken") {
 		t.Errorf("unweakened runner args %v", p.Spec.Containers[0].Args)
 	}
 	set, err := weaken.Parse([]string{string(weaken.ToolRootToken), string(weaken.KillLeaderOnly), string(weaken.UnprovenReady)}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Unsafe = set
+	o.Weaken = set
 	p = ToolPod(o, "sandbox-tool-x", MinUID)
 	c := p.Spec.Containers[0]
 	if !*p.Spec.AutomountServiceAccountToken || *p.Spec.SecurityContext.RunAsUser != 0 || *c.SecurityContext.RunAsUser != 0 || *c.SecurityContext.RunAsNonRoot {
 		t.Errorf("tool-root-token did not make a root pod with the token: %+v", c.SecurityContext)
 	}
-	if i := slices.Index(c.Args, "--unsafe"); i < 0 || c.Args[i+1] != string(weaken.KillLeaderOnly) ||
+	if i := slices.Index(c.Args, "--weaken"); i < 0 || c.Args[i+1] != string(weaken.KillLeaderOnly) ||
 		!slices.Contains(c.Args, string(weaken.UnprovenReady)) {
 		t.Errorf("the runner weakenings are not handed to the tool pod's runner: %v", c.Args)
 	}

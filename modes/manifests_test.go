@@ -49,7 +49,7 @@ func TestNewKubeBackendValidates(t *testing.T) {
 		"pool wait":   {Image: "x", PoolSize: 1, PoolWait: 0, RunnerPort: 8080},
 		"runner port": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 70000},
 		"image":       {PoolSize: 1, PoolWait: 1, RunnerPort: 8080},
-		"unsafe":      {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, Unsafe: []string{"everything"}},
+		"weakened":    {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, Weaken: []string{"everything"}},
 		"cpu request": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, CPURequest: "4"},
 		"snippet dns": {Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, SnippetDNS: "open"},
 		// Outside a cluster there is no address to prove a pod's egress cut

@@ -45,13 +45,13 @@ func (c *RunCmd) serveRunner(d *Deps, o runner.Options) error {
 	o.Logger = slog.New(slog.NewJSONHandler(d.Stderr, nil))
 	o.SealTargets = c.sealTargets()
 	o.Resolver = c.Resolver
-	o.UnsafeUnprovenReady = c.unsafe().Has(weaken.UnprovenReady)
+	o.WeakenUnprovenReady = c.weakenings().Has(weaken.UnprovenReady)
 	s, err := runner.New(o)
 	if err != nil {
 		return err
 	}
-	if names := c.unsafe().Names(true); names != nil {
-		o.Logger.Warn("runner deliberately weakened for verify's negative tests", "unsafe", names)
+	if names := c.weakenings().Names(true); names != nil {
+		o.Logger.Warn("runner deliberately weakened for verify's negative tests", "weaken", names)
 	}
 	return s.Run(d.Ctx)
 }

@@ -76,8 +76,8 @@ func TestRunFlagErrors(t *testing.T) {
 		{"run", "--code-file", "/nonexistent.py"},
 		{"run", "--code-file", "x.py", "--timeout", "0s"},
 		{"run", "--code-file", "x.py", "--timeout", "2m"},
-		{"run", "--code-file", "x.py", "--unsafe", "root-token"}, // a pod's weakening, not the runner's
-		{"run", "--code-file", "x.py", "--unsafe", "--listen=:8081"},
+		{"run", "--code-file", "x.py", "--weaken", "root-token"}, // a pod's weakening, not the runner's
+		{"run", "--code-file", "x.py", "--weaken", "--listen=:8081"},
 		{"run", "--code-file", "x.py", "--isolation", "bogus"},
 	} {
 		var stdout, stderr strings.Builder

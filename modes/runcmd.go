@@ -30,5 +30,5 @@ type RunCmd struct {
 	Isolation string `enum:"${isolations}" default:"${isolation}" env:"SANDBOX_ISOLATION" help:"As root, a --code-file snippet runs isolated (its own uid, namespaces, read-only host, private /tmp, cgroups): auto and strict refuse to run it as root any other way; none runs it as a plain process, as root."`
 
 	// For the e2e suite's negative tests only: see package weaken.
-	Unsafe []string `name:"unsafe" env:"SANDBOX_UNSAFE" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the runner on purpose (${unsafe_run}), to show that verify catches it. Never in production."`
+	Weaken []string `name:"weaken" env:"SANDBOX_WEAKEN" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the runner on purpose (${weaken_run}), to show that verify catches it. Never in production."`
 }

@@ -33,8 +33,8 @@ func (c *RunCmd) Validate() error {
 	case c.CodeFile != "" && c.Workdir != "" && c.isolated():
 		return errors.New("--workdir: an isolated run works in a private tmpfs; use --isolation none to run in a directory of the host")
 	}
-	if _, err := weaken.Parse(c.Unsafe, true); err != nil {
-		return fmt.Errorf("--unsafe: %w", err)
+	if _, err := weaken.Parse(c.Weaken, true); err != nil {
+		return fmt.Errorf("--weaken: %w", err)
 	}
 	if err := runner.CheckSnippetEnv(c.SnippetEnv); err != nil {
 		return fmt.Errorf("--snippet-env: %w", err)
@@ -62,16 +62,16 @@ func (c *RunCmd) snippetEnv(dir string) []string {
 	return append(exec.DefaultEnv(dir), c.SnippetEnv...)
 }
 
-// unsafe is the weakenings asked for; Validate has refused any other name.
-func (c *RunCmd) unsafe() weaken.Set {
-	s, _ := weaken.Parse(c.Unsafe, true)
+// weakenings are the weakenings asked for; Validate has refused any other name.
+func (c *RunCmd) weakenings() weaken.Set {
+	s, _ := weaken.Parse(c.Weaken, true)
 	return s
 }
 
 // options are the exec options the flags ask for; Dir is left to the form.
 func (c *RunCmd) options() exec.Options {
 	return exec.Options{MaxOutput: c.MaxOutput, MemoryLimit: c.MemoryLimit, MaxProcs: c.MaxProcs,
-		MaxFileSize: c.MaxFileSize, UnsafeKillLeaderOnly: c.unsafe().Has(weaken.KillLeaderOnly)}
+		MaxFileSize: c.MaxFileSize, WeakenKillLeaderOnly: c.weakenings().Has(weaken.KillLeaderOnly)}
 }
 
 // sealTargets are what the runner must prove cut: --seal-probe (or the API

@@ -63,9 +63,9 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 	if err := t.validate(); err != nil {
 		return nil, policy, nil, err
 	}
-	unsafe, err := weaken.Parse(f.Unsafe, false)
+	weakened, err := weaken.Parse(f.Weaken, false)
 	if err != nil {
-		return nil, policy, nil, fmt.Errorf("--unsafe: %w", err)
+		return nil, policy, nil, fmt.Errorf("--weaken: %w", err)
 	}
 	ns, owner := f.placement()
 	sealOpts, err := f.osSealOptions()
@@ -80,7 +80,7 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 	if t.ToolInternet {
 		deny, _ := kube.ParsePrefixes(t.ToolEgressDeny) // validate has refused a bad one
 		fence = toolpod.NewFence(toolpod.FenceOptions{Client: client, Namespace: ns, Extra: deny, Logger: log,
-			Off: unsafe.Has(weaken.Unfenced)})
+			Off: weakened.Has(weaken.Unfenced)})
 	}
 	c, err := toolpod.New(toolpod.Options{
 		Client:    client,
@@ -95,7 +95,7 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 			Internet:     t.ToolInternet,
 			CPURequest:   f.CPURequest,
 			Seal:         sealOpts,
-			Unsafe:       unsafe,
+			Weaken:       weakened,
 		},
 		ReadyTimeout:  t.ToolReadyTimeout,
 		MaxConcurrent: t.ToolMaxConcurrent,

@@ -37,7 +37,7 @@ type KubeFlags struct {
 	SealDNS      []string      `name:"seal-dns" sep:"," env:"SANDBOX_SEAL_DNS" placeholder:"HOST:PORT" help:"The cluster DNS, which sealed snippet pods must get no answer from before they are Ready (default inside a cluster: the nameservers of serve's own resolv.conf)."`
 
 	// For the e2e suite's negative tests only: see package weaken.
-	Unsafe []string `name:"unsafe" env:"SANDBOX_UNSAFE" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the sandbox pods on purpose (${unsafe_serve}), to show that verify's checks can fail. Never in production."`
+	Weaken []string `name:"weaken" env:"SANDBOX_WEAKEN" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the sandbox pods on purpose (${weaken_serve}), to show that verify's checks can fail. Never in production."`
 }
 
 // newKubeBackend builds the warm-pool backend and starts it. The returned
@@ -71,17 +71,17 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 	if f.SnippetDNS != kube.DNSCluster && len(sealOpts.DNS) == 0 {
 		log.Warn("no cluster DNS known (--seal-dns): sealed snippet pods prove only the API server cut")
 	}
-	unsafe, err := weaken.Parse(f.Unsafe, false)
+	weakened, err := weaken.Parse(f.Weaken, false)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--unsafe: %w", err)
+		return nil, nil, fmt.Errorf("--weaken: %w", err)
 	}
 	ns, owner := f.placement()
 	client, err := kube.NewClient(f.Kubeconfig, "sandbox-serve")
 	if err != nil {
 		return nil, nil, err
 	}
-	if names := unsafe.Names(false); names != nil {
-		log.Warn("sandbox pods deliberately weakened for verify's negative tests", "unsafe", names)
+	if names := weakened.Names(false); names != nil {
+		log.Warn("sandbox pods deliberately weakened for verify's negative tests", "weaken", names)
 	}
 	p, err := pool.New(pool.Options{
 		Client:    client,
@@ -95,7 +95,7 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 			PidsLimit:    f.PodPidsLimit,
 			DNS:          f.SnippetDNS,
 			Seal:         sealOpts,
-			Unsafe:       unsafe,
+			Weaken:       weakened,
 		},
 		Size:   f.PoolSize,
 		Max:    f.PoolMax,

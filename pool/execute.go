@@ -160,7 +160,7 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	// A weakened runner that kills only the run's leader must show what
 	// that costs (its answer waits for the tree), so the pool does not
 	// step in for it.
-	if !p.opts.Pod.Unsafe.Has(weaken.KillLeaderOnly) {
+	if !p.opts.Pod.Weaken.Has(weaken.KillLeaderOnly) {
 		overdue := time.AfterFunc(timeout+answerGrace, func() { died(errOverdue) })
 		defer overdue.Stop()
 	}

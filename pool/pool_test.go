@@ -304,7 +304,7 @@ func TestOverdueRunnerIsAnsweredFor(t *testing.T) {
 		t.Run(fmt.Sprintf("weakened=%v", weakened), func(t *testing.T) {
 			e := newEnv(t, nil, func(o *Options) {
 				if weakened {
-					o.Pod.Unsafe, _ = weaken.Parse([]string{string(weaken.KillLeaderOnly)}, false)
+					o.Pod.Weaken, _ = weaken.Parse([]string{string(weaken.KillLeaderOnly)}, false)
 				}
 			}).start()
 			e.waitWarm(3)

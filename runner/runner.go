@@ -76,9 +76,9 @@ type Options struct {
 	// GiveUp is how long the runner waits unproven before it ends with the
 	// evidence; 0 means seal.GiveUp.
 	GiveUp time.Duration
-	// UnsafeUnprovenReady reports Ready and takes the job without the
+	// WeakenUnprovenReady reports Ready and takes the job without the
 	// proof (weaken.UnprovenReady); never in a real deployment.
-	UnsafeUnprovenReady bool
+	WeakenUnprovenReady bool
 }
 
 // DefaultReadyTimeout: python3 waits for its job tens of milliseconds after
@@ -335,7 +335,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sealed := false
-	if s.guard != nil && !s.opts.UnsafeUnprovenReady {
+	if s.guard != nil && !s.opts.WeakenUnprovenReady {
 		c, ok := s.guard.Wait(r.Context(), seal.ReadyWait)
 		if !ok {
 			api.WriteError(w, http.StatusServiceUnavailable, notSealed(c))
@@ -384,7 +384,7 @@ func (s *Server) sealState(w http.ResponseWriter, _ *http.Request) {
 // unsealed answers a job that arrived without a current proof, and reports
 // whether it did: nothing runs on a network not proven sealed.
 func (s *Server) unsealed(w http.ResponseWriter) bool {
-	if s.guard == nil || s.opts.UnsafeUnprovenReady || s.guard.Sealed(time.Now()) {
+	if s.guard == nil || s.opts.WeakenUnprovenReady || s.guard.Sealed(time.Now()) {
 		return false
 	}
 	c, _ := s.guard.Last()
@@ -403,7 +403,7 @@ func notSealed(c seal.Check) string {
 // job: its error, the evidence, becomes the pod's termination message
 // (the pod's FallbackToLogsOnError), where serve reads why.
 func (s *Server) gaveUp() error {
-	if s.guard == nil || s.opts.UnsafeUnprovenReady || s.taken.Load() || s.guard.UnprovenFor(time.Now()) < s.opts.GiveUp {
+	if s.guard == nil || s.opts.WeakenUnprovenReady || s.taken.Load() || s.guard.UnprovenFor(time.Now()) < s.opts.GiveUp {
 		return nil
 	}
 	// Refuse a job that would race the shutdown: one is never taken unsealed.

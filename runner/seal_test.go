@@ -21,7 +21,7 @@ import (
 func startSealed(t *testing.T, target string, unproven bool) (*Server, string, <-chan error) {
 	t.Helper()
 	return startWith(t, Options{SealTargets: []seal.Target{{Kind: seal.TCP, Addr: target}}, Resolver: "127.0.0.1:0",
-		UnsafeUnprovenReady: unproven})
+		WeakenUnprovenReady: unproven})
 }
 
 // TestNotReadyOnAnOpenNetwork: while the target answers (the positive

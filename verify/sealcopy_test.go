@@ -21,7 +21,7 @@ func TestSealCopy(t *testing.T) {
 			Labels:          map[string]string{"app.kubernetes.io/name": "sandbox-runner", "sandbox.dev/kind": "snippet"},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "Pod", Name: "serve-0", UID: "u"}}},
 		Spec: corev1.PodSpec{NodeName: "node-1", ServiceAccountName: "default",
-			Containers: []corev1.Container{{Name: "runner", Image: "sandbox:dev", Args: []string{"run", "--seal-probe", "10.96.0.1:443", "--unsafe", "unproven-ready"}}}},
+			Containers: []corev1.Container{{Name: "runner", Image: "sandbox:dev", Args: []string{"run", "--seal-probe", "10.96.0.1:443", "--weaken", "unproven-ready"}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9",
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}

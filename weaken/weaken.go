@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Name names one weakening, as given to --unsafe.
+// Name names one weakening, as given to --weaken.
 type Name string
 
 // The weakenings.
