@@ -484,9 +484,9 @@ func TestReviewRBAC(t *testing.T) {
 }
 
 func TestJudgeNetwork(t *testing.T) {
-	canary := netTarget{Target: netsec.Target{Name: "network/canary-pod", Kind: netsec.HTTP, Host: "10.0.0.9", Port: 8080, Token: "t"}, check: "network/canary-pod", probe: "13"}
-	dns := netTarget{Target: netsec.Target{Name: "network/dns-cluster-udp", Kind: netsec.DNSUDP, Host: "10.96.0.10", Port: 53, QName: "k"}, check: "network/dns-cluster-udp", probe: "14", allowed: true}
-	r0 := netTarget{Target: netsec.Target{Name: "other#0", Kind: netsec.HTTP, Host: "10.0.0.1", Port: 8080, SkipSelf: true}, check: "network/other-sandbox-runner", probe: "13", viaServe: true}
+	canary := netTarget{Target: netsec.Target{Name: "network/canary-pod", Kind: netsec.HTTP, Host: "10.0.0.9", Port: 8080, Token: "t"}, check: "network/canary-pod", property: "13"}
+	dns := netTarget{Target: netsec.Target{Name: "network/dns-cluster-udp", Kind: netsec.DNSUDP, Host: "10.96.0.10", Port: 53, QName: "k"}, check: "network/dns-cluster-udp", property: "14", allowed: true}
+	r0 := netTarget{Target: netsec.Target{Name: "other#0", Kind: netsec.HTTP, Host: "10.0.0.1", Port: 8080, SkipSelf: true}, check: "network/other-sandbox-runner", property: "13", viaServe: true}
 	r1 := r0
 	r1.Name, r1.Host = "other#1", "10.0.0.2"
 	reachedTok := &netsec.Outcome{Reached: true, Answered: true, Token: true, Attempts: 1}

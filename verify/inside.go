@@ -14,7 +14,7 @@ import (
 var insideScript string
 
 // insideChecks are the results one inside snippet decides, in order.
-var insideChecks = []struct{ name, probe string }{
+var insideChecks = []struct{ name, property string }{
 	{"inside/non-root-identity", "5"},
 	{"inside/no-capabilities", "6"},
 	{"inside/no-new-privs", "7"},
@@ -31,7 +31,7 @@ func checkInside(ctx context.Context, e *env) []Result {
 	if perr != nil {
 		var out []Result
 		for _, c := range insideChecks {
-			out = append(out, result(c.name, c.probe, Fail, "the inside probe gave no usable answer: %v", perr))
+			out = append(out, result(c.name, c.property, Fail, "the inside probe gave no usable answer: %v", perr))
 		}
 		return out
 	}
@@ -184,11 +184,11 @@ func judgeWrites(j gjson.Result, in func(string, ...any) string) Result {
 	return result(name, "11", Pass, "%s", ev)
 }
 
-func passIf(ok bool, name, probe, evidence, why string) Result {
+func passIf(ok bool, name, property, evidence, why string) Result {
 	if ok {
-		return result(name, probe, Pass, "%s", evidence)
+		return result(name, property, Pass, "%s", evidence)
 	}
-	return result(name, probe, Fail, "%s: %s", why, evidence)
+	return result(name, property, Fail, "%s: %s", why, evidence)
 }
 
 func describeErr(r gjson.Result) string {

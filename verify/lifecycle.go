@@ -113,28 +113,28 @@ func orUnknown(s string) string {
 }
 
 // judgePodGone waits for the used pod to leave the API.
-func (e *env) judgePodGone(ctx context.Context, name, probe, podName string) Result {
-	return judgeWatchedPodGone(ctx, e.pods, "snippet", snippetSelector, e.opts.Namespace, name, probe, podName)
+func (e *env) judgePodGone(ctx context.Context, name, property, podName string) Result {
+	return judgeWatchedPodGone(ctx, e.pods, "snippet", snippetSelector, e.opts.Namespace, name, property, podName)
 }
 
 // judgeWatchedPodGone waits for podName to leave the API, as w (which
 // follows the kind of pods that selector selects in ns) sees it.
-func judgeWatchedPodGone(ctx context.Context, w *podWatch, kind, selector, ns, name, probe, podName string) Result {
+func judgeWatchedPodGone(ctx context.Context, w *podWatch, kind, selector, ns, name, property, podName string) Result {
 	if podName == "" {
-		return result(name, probe, Fail, "no sandbox_id to look for")
+		return result(name, property, Fail, "no sandbox_id to look for")
 	}
 	seen, ok := w.Get(podName)
 	if !ok {
-		return result(name, probe, Inconclusive, "pod %s was never seen among the %s pods (%s) of %s", podName, kind, selector, ns)
+		return result(name, property, Inconclusive, "pod %s was never seen among the %s pods (%s) of %s", podName, kind, selector, ns)
 	}
 	wctx, cancel := context.WithTimeout(ctx, podGoneDeadline)
 	defer cancel()
 	start := time.Now()
 	at, err := w.WaitDeleted(wctx, podName)
 	if err != nil {
-		return result(name, probe, Fail, "pod %s (uid %s) still in the API %s after its run", podName, seen.UID, time.Since(start).Round(time.Millisecond))
+		return result(name, property, Fail, "pod %s (uid %s) still in the API %s after its run", podName, seen.UID, time.Since(start).Round(time.Millisecond))
 	}
-	return result(name, probe, Pass, "pod %s (uid %s) deleted; the watch saw it go at %s", podName, seen.UID, at.Format(time.RFC3339Nano))
+	return result(name, property, Pass, "pod %s (uid %s) deleted; the watch saw it go at %s", podName, seen.UID, at.Format(time.RFC3339Nano))
 }
 
 // checkParallel is lifecycle/parallel-distinct: N concurrent runs get N distinct pods.
@@ -170,16 +170,17 @@ func checkParallel(ctx context.Context, e *env) []Result {
 	return []Result{result(name, "2", Pass, "%d concurrent runs, %d distinct pods: %s", n, n, strings.Join(ev, ", "))}
 }
 
-// snippetJSON returns the snippet's JSON answer line. Every way an answer can
-// be unusable is an error, which the caller reports as FAIL.
-func snippetJSON(a *answer, err error, probe string) (gjson.Result, error) {
+// snippetJSON returns the snippet's JSON answer line, the last one whose
+// "probe" is marker. Every way an answer can be unusable is an error, which
+// the caller reports as FAIL.
+func snippetJSON(a *answer, err error, marker string) (gjson.Result, error) {
 	if err != nil {
 		return gjson.Result{}, err
 	}
 	if !a.ok() {
 		return gjson.Result{}, fmt.Errorf("service answered %s", a.describe())
 	}
-	line, perr := netsec.LastJSONLine(a.Result.Stdout, "probe", probe)
+	line, perr := netsec.LastJSONLine(a.Result.Stdout, "probe", marker)
 	if perr != nil {
 		return gjson.Result{}, fmt.Errorf("%s: %v; stderr: %q", a.describe(), perr, clip(a.Result.Stderr, 300))
 	}

@@ -461,19 +461,19 @@ func judgeFork(a *answer, err error) Result {
 
 // bystander runs a trivial snippet after a bomb: a fresh pod, the right
 // answer, and a ready service.
-func (e *env) bystander(ctx context.Context, name, probe string) Result {
+func (e *env) bystander(ctx context.Context, name, property string) Result {
 	a, err := e.execute(ctx, "print(6 * 7)", 20)
 	if err != nil {
-		return result(name, probe, Fail, "bystander run: %v", err)
+		return result(name, property, Fail, "bystander run: %v", err)
 	}
 	ready := e.waitReady(ctx)
 	if !a.ok() || a.Result.Stdout != "42\n" || a.Result.ExitCode != 0 {
-		return result(name, probe, Fail, "bystander print(6 * 7): %s, stdout %q; %s", a.describe(), clip(a.Result.Stdout, 80), ready)
+		return result(name, property, Fail, "bystander print(6 * 7): %s, stdout %q; %s", a.describe(), clip(a.Result.Stdout, 80), ready)
 	}
 	if !strings.HasPrefix(ready, "/readyz 200") {
-		return result(name, probe, Fail, "bystander print(6 * 7) gave 42 in %s, but the service did not become ready again: %s", a.describe(), ready)
+		return result(name, property, Fail, "bystander print(6 * 7) gave 42 in %s, but the service did not become ready again: %s", a.describe(), ready)
 	}
-	return result(name, probe, Pass, "bystander print(6 * 7) gave 42 in %s; %s", a.describe(), ready)
+	return result(name, property, Pass, "bystander print(6 * 7) gave 42 in %s; %s", a.describe(), ready)
 }
 
 // readyWait is how long the service may take to be ready again after a

@@ -35,7 +35,7 @@ const (
 type netTarget struct {
 	netsec.Target
 	check    string // result name; several targets may share one (a group)
-	probe    string
+	property string
 	allowed  bool // the sandbox must reach it (cluster DNS)
 	viaServe bool // the control for it is the serve pod (ingress to snippet pods admits only serve)
 	// controlDeadlineS, when set, shortens the control's attempts: for
@@ -198,9 +198,9 @@ func judgeNetwork(run *netRun) []Result {
 	var out []Result
 	for _, name := range order {
 		ts := groups[name]
-		probe := ts[0].probe
+		property := ts[0].property
 		if run.sandbox == nil {
-			out = append(out, result(name, probe, Fail, "the sandbox's probe gave no usable answer: %v", run.sbErr))
+			out = append(out, result(name, property, Fail, "the sandbox's probe gave no usable answer: %v", run.sbErr))
 			continue
 		}
 		var ev []string
@@ -217,23 +217,23 @@ func judgeNetwork(run *netRun) []Result {
 			for _, t := range ts {
 				ok = ok || netsec.CompareAllowed(run.sandbox.Outcomes[t.Name])
 			}
-			out = append(out, passIf(ok, name, probe, evidence, "the sandbox could not resolve through the cluster DNS"))
+			out = append(out, passIf(ok, name, property, evidence, "the sandbox could not resolve through the cluster DNS"))
 			continue
 		}
-		out = append(out, judgeBlockedGroup(name, probe, ts, run, evidence))
+		out = append(out, judgeBlockedGroup(name, property, ts, run, evidence))
 	}
 	return out
 }
 
 // judgeBlockedGroup: one reach by the sandbox fails the group; otherwise
 // one member that the control reached and the sandbox did not passes it.
-func judgeBlockedGroup(name, probe string, ts []netTarget, run *netRun, evidence string) Result {
+func judgeBlockedGroup(name, property string, ts []netTarget, run *netRun, evidence string) Result {
 	var blocked, missed, skipped, broken int
 	for _, t := range ts {
 		s := run.sandbox.Outcomes[t.Name]
 		switch netsec.CompareBlocked(t.Target, run.control[t.Name], s) {
 		case netsec.SandboxReached:
-			return result(name, probe, Fail, "the sandbox reached %s: %s", t.Addr(), evidence)
+			return result(name, property, Fail, "the sandbox reached %s: %s", t.Addr(), evidence)
 		case netsec.Blocked:
 			blocked++
 		case netsec.ControlMissed:
@@ -248,13 +248,13 @@ func judgeBlockedGroup(name, probe string, ts []netTarget, run *netRun, evidence
 	}
 	switch {
 	case broken > 0:
-		return result(name, probe, Fail, "the sandbox's probe has no outcome for %d target(s): %s", broken, evidence)
+		return result(name, property, Fail, "the sandbox's probe has no outcome for %d target(s): %s", broken, evidence)
 	case blocked > 0:
-		return result(name, probe, Pass, "blocked (control reached, sandbox did not): %s", evidence)
+		return result(name, property, Pass, "blocked (control reached, sandbox did not): %s", evidence)
 	case skipped == len(ts):
-		return result(name, probe, Inconclusive, "every address was the sandbox's own: %s", evidence)
+		return result(name, property, Inconclusive, "every address was the sandbox's own: %s", evidence)
 	}
-	return result(name, probe, Inconclusive, "the sandbox did not reach it, but neither did the control, so that proves nothing: %s", evidence)
+	return result(name, property, Inconclusive, "the sandbox did not reach it, but neither did the control, so that proves nothing: %s", evidence)
 }
 
 // networkTargets discovers the addresses; what cannot be found becomes a
@@ -265,11 +265,11 @@ func (e *env) networkTargets(ctx context.Context, fx *fixtures, mode dnsMode) ([
 	miss := func(check, format string, args ...any) {
 		missing = append(missing, missingTarget{check, fmt.Sprintf(format, args...)})
 	}
-	add := func(check, probe string, allowed bool, t netsec.Target) {
+	add := func(check, property string, allowed bool, t netsec.Target) {
 		if t.Name == "" {
 			t.Name = check
 		}
-		ts = append(ts, netTarget{Target: t, check: check, probe: probe, allowed: allowed})
+		ts = append(ts, netTarget{Target: t, check: check, property: property, allowed: allowed})
 	}
 	qname := "kubernetes.default.svc." + e.opts.ClusterDomain
 
@@ -372,7 +372,7 @@ func (e *env) runnerTargets(ctx context.Context) []netTarget {
 			break
 		}
 		ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("other-sandbox#%d", i), Kind: netsec.HTTP, Host: p.Status.PodIP,
-			Port: runnerPort(&p), Path: "/healthz", SkipSelf: true}, check: "network/other-sandbox-runner", probe: "13", viaServe: true})
+			Port: runnerPort(&p), Path: "/healthz", SkipSelf: true}, check: "network/other-sandbox-runner", property: "13", viaServe: true})
 	}
 	return ts
 }

@@ -18,11 +18,11 @@ import (
 // cluster's own machines at addresses outside the private ranges, which an
 // ipBlock cannot tell from the internet.
 const (
-	checkNetICMP   = "network/icmp"
-	checkToolICMP  = "toolcalls/icmp"
-	probeICMP      = "29"
-	checkToolNodes = "toolcalls/node-addresses"
-	probeToolNodes = "30"
+	checkNetICMP      = "network/icmp"
+	checkToolICMP     = "toolcalls/icmp"
+	propertyICMP      = "29"
+	checkToolNodes    = "toolcalls/node-addresses"
+	propertyToolNodes = "30"
 	// maxNodeTargets bounds toolcalls/node-addresses' targets.
 	maxNodeTargets = 24
 	// apiServerPort is where kubeadm's API server listens on its nodes.
@@ -79,7 +79,7 @@ func (e *env) icmpTargets(ctx context.Context, fx *fixtures, check string) []net
 	var ts []netTarget
 	for i, h := range hosts {
 		ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("%s#%d", check, i), Kind: netsec.ICMP, Host: h},
-			check: check, probe: probeICMP})
+			check: check, property: propertyICMP})
 	}
 	return ts
 }
@@ -116,7 +116,7 @@ func (e *env) nodeAddrTargets(ctx context.Context, dep *appsv1.Deployment) ([]ne
 		}
 		seen[ap] = true
 		ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("%s#%d", checkToolNodes, len(ts)), Kind: netsec.TCP,
-			Host: ap.Addr().String(), Port: int(ap.Port())}, check: checkToolNodes, probe: probeToolNodes,
+			Host: ap.Addr().String(), Port: int(ap.Port())}, check: checkToolNodes, property: propertyToolNodes,
 			controlDeadlineS: 4})
 	}
 	return ts, err

@@ -12,10 +12,10 @@ import (
 func sampleReport(allow bool) *Report {
 	r := &Report{
 		Checks: []Result{
-			{Name: "lifecycle/no-reuse", Probe: "1", Status: Pass, Evidence: "run 1 sandbox-a, run 2 sandbox-b", DurationMS: 2100},
-			{Name: "network/canary-pod", Probe: "13", Status: Fail, Evidence: "the sandbox reached 10.244.0.9:8080: " + strings.Repeat("word ", 40), DurationMS: 3000},
-			{Name: "network/metadata-standin", Probe: "13", Status: Inconclusive, Evidence: "neither reached", DurationMS: 3000},
-			{Name: "toolcalls/egress", Probe: "16,17", Status: Skip, Evidence: "not applicable", DurationMS: 5},
+			{Name: "lifecycle/no-reuse", Property: "1", Status: Pass, Evidence: "run 1 sandbox-a, run 2 sandbox-b", DurationMS: 2100},
+			{Name: "network/canary-pod", Property: "13", Status: Fail, Evidence: "the sandbox reached 10.244.0.9:8080: " + strings.Repeat("word ", 40), DurationMS: 3000},
+			{Name: "network/metadata-standin", Property: "13", Status: Inconclusive, Evidence: "neither reached", DurationMS: 3000},
+			{Name: "toolcalls/egress", Property: "16,17", Status: Skip, Evidence: "not applicable", DurationMS: 5},
 		},
 		Caveats: []string{"DNS is an exfiltration channel."},
 		Target:  map[string]string{"namespace": "sandbox"},
@@ -94,7 +94,7 @@ func TestJSON(t *testing.T) {
 			Status     string `json:"status"`
 			Evidence   string `json:"evidence"`
 			DurationMS int64  `json:"duration_ms"`
-			Probe      string `json:"probe"`
+			Property   string `json:"property"`
 		} `json:"checks"`
 		Caveats []string       `json:"caveats"`
 		Summary map[string]any `json:"summary"`
@@ -102,7 +102,7 @@ func TestJSON(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
 		t.Fatalf("%v\n%s", err, b.String())
 	}
-	if len(got.Checks) != 4 || got.Checks[1].Status != "FAIL" || got.Checks[0].DurationMS != 2100 || got.Checks[3].Probe != "16,17" {
+	if len(got.Checks) != 4 || got.Checks[1].Status != "FAIL" || got.Checks[0].DurationMS != 2100 || got.Checks[3].Property != "16,17" {
 		t.Errorf("checks: %+v", got.Checks)
 	}
 	if got.Summary["ok"] != false || got.Summary["fail"] != float64(1) || len(got.Caveats) != 1 {

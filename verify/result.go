@@ -28,9 +28,10 @@ const (
 type Result struct {
 	// Name is group/check, e.g. "network/canary-pod".
 	Name string `json:"name"`
-	// Probe is the number of the property the check belongs to (the
-	// property column of CHECKS.md); checks that prove one property share it.
-	Probe    string `json:"probe,omitempty"`
+	// Property is the number of the property the check proves (the
+	// property column of CHECKS.md, which verify --list prints); checks
+	// that prove one property share it.
+	Property string `json:"property,omitempty"`
 	Status   Status `json:"status"`
 	Evidence string `json:"evidence"`
 	// DurationMS is the time spent on the step that produced the check; checks
@@ -44,8 +45,8 @@ func (r Result) Group() string {
 	return g
 }
 
-func result(name, probe string, st Status, format string, args ...any) Result {
-	return Result{Name: name, Probe: probe, Status: st, Evidence: fmt.Sprintf(format, args...)}
+func result(name, property string, st Status, format string, args ...any) Result {
+	return Result{Name: name, Property: property, Status: st, Evidence: fmt.Sprintf(format, args...)}
 }
 
 // Summary counts the verdicts.

@@ -19,10 +19,10 @@ import (
 // namespace, where no NetworkPolicy applies, must never become Ready, while
 // the live pods (the control) are.
 const (
-	checkReadyOnProof = "network/ready-on-proof"
-	probeReadyOnProof = "28"
-	sealCopyName      = "seal-copy"
-	roleSealCopy      = "seal-copy"
+	checkReadyOnProof    = "network/ready-on-proof"
+	propertyReadyOnProof = "28"
+	sealCopyName         = "seal-copy"
+	roleSealCopy         = "seal-copy"
 )
 
 // sealCopyWindow is how long the copy is watched: a live pod proves its
@@ -65,10 +65,10 @@ func (e *env) startSealCopy(ctx context.Context, ns string) *sealCopy {
 // did not, that namespace is not open either, and the copy proves nothing.
 func (e *env) judgeSealCopy(ctx context.Context, fx *fixtures, sc *sealCopy, open bool, openWhat string) Result {
 	if sc.err != nil {
-		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive, "%v", sc.err)
+		return result(checkReadyOnProof, propertyReadyOnProof, Inconclusive, "%v", sc.err)
 	}
 	if !open {
-		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive,
+		return result(checkReadyOnProof, propertyReadyOnProof, Inconclusive,
 			"the control did not reach the API server from namespace %s (%s), so the copy of %s was not on an open network", fx.Namespace, openWhat, sc.from)
 	}
 	var last *corev1.Pod
@@ -79,7 +79,7 @@ func (e *env) judgeSealCopy(ctx context.Context, fx *fixtures, sc *sealCopy, ope
 			last = p
 			running = running || p.Status.Phase == corev1.PodRunning
 			if kube.IsReady(p) {
-				return result(checkReadyOnProof, probeReadyOnProof, Fail,
+				return result(checkReadyOnProof, propertyReadyOnProof, Fail,
 					"a copy of live pod %s became Ready %s after its creation in namespace %s, where no NetworkPolicy cuts its egress: its runner reports Ready without proving the seal",
 					sc.from, time.Since(sc.started).Round(100*time.Millisecond), fx.Namespace)
 			}
@@ -90,15 +90,15 @@ func (e *env) judgeSealCopy(ctx context.Context, fx *fixtures, sc *sealCopy, ope
 		time.Sleep(500 * time.Millisecond)
 	}
 	if !running {
-		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive, "the copy of %s never ran within %s: %s", sc.from, sealCopyWindow, podState(last))
+		return result(checkReadyOnProof, propertyReadyOnProof, Inconclusive, "the copy of %s never ran within %s: %s", sc.from, sealCopyWindow, podState(last))
 	}
 	why := e.askSeal(ctx, fx, last)
 	ev := fmt.Sprintf("a copy of live pod %s (Ready in namespace %s) ran %s in namespace %s, where the control reached the API server (%s), and was never Ready; its runner: %s",
 		sc.from, e.opts.Namespace, sealCopyWindow, fx.Namespace, openWhat, why)
 	if !strings.Contains(why, `"sealed":false`) {
-		return result(checkReadyOnProof, probeReadyOnProof, Inconclusive, "not Ready, but its runner did not say the network is open: %s", ev)
+		return result(checkReadyOnProof, propertyReadyOnProof, Inconclusive, "not Ready, but its runner did not say the network is open: %s", ev)
 	}
-	return result(checkReadyOnProof, probeReadyOnProof, Pass, "%s", ev)
+	return result(checkReadyOnProof, propertyReadyOnProof, Pass, "%s", ev)
 }
 
 // askSeal reads the copy's GET /seal from the control pod (same namespace,

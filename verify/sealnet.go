@@ -17,11 +17,11 @@ import (
 // Names and properties of the network checks of the seal: DNS, serve's own
 // pod, the node's ports and IPv6.
 const (
-	checkDNSExfil  = "network/dns-exfiltration"
-	checkServePod  = "network/serve-pod"
-	checkNodePorts = "network/node-ports"
-	checkIPv6      = "network/ipv6"
-	probeDNSExfil  = "27"
+	checkDNSExfil    = "network/dns-exfiltration"
+	checkServePod    = "network/serve-pod"
+	checkNodePorts   = "network/node-ports"
+	checkIPv6        = "network/ipv6"
+	propertyDNSExfil = "27"
 
 	// exfilZone is the zone verify looks a random name up in when no canary
 	// zone is given: reserved (RFC 2606), so no real server ever sees it.
@@ -96,7 +96,7 @@ func (e *env) exfilTarget(token string) netTarget {
 		zone, answer = exfilZone, ""
 	}
 	return netTarget{Target: netsec.Target{Name: checkDNSExfil, Kind: netsec.Resolve,
-		QName: token + "." + strings.TrimSuffix(zone, "."), Token: answer}, check: checkDNSExfil, probe: probeDNSExfil}
+		QName: token + "." + strings.TrimSuffix(zone, "."), Token: answer}, check: checkDNSExfil, property: propertyDNSExfil}
 }
 
 // judgeExfil is network/dns-exfiltration. Sealed: PASS when the sandbox's
@@ -107,13 +107,13 @@ func (e *env) exfilTarget(token string) netTarget {
 // SKIP, the channel is open by configuration and the caveats say so.
 func judgeExfil(run *netRun, mode dnsMode, x netTarget, withZone bool) Result {
 	if !mode.known {
-		return result(checkDNSExfil, probeDNSExfil, Inconclusive, "the snippet pods' DNS could not be read: %s", mode.what)
+		return result(checkDNSExfil, propertyDNSExfil, Inconclusive, "the snippet pods' DNS could not be read: %s", mode.what)
 	}
 	if !mode.sealed {
-		return result(checkDNSExfil, probeDNSExfil, Skip, "snippet DNS is in cluster mode (%s): lookups go to the cluster DNS by configuration; see the caveats", mode.what)
+		return result(checkDNSExfil, propertyDNSExfil, Skip, "snippet DNS is in cluster mode (%s): lookups go to the cluster DNS by configuration; see the caveats", mode.what)
 	}
 	if run.sandbox == nil {
-		return result(checkDNSExfil, probeDNSExfil, Fail, "the sandbox's probe gave no usable answer: %v", run.sbErr)
+		return result(checkDNSExfil, propertyDNSExfil, Fail, "the sandbox's probe gave no usable answer: %v", run.sbErr)
 	}
 	sb := run.sandbox.Outcomes[x.Name]
 	ev := []string{mode.what, "the sandbox's resolv.conf: " + orNone(run.sandbox.Resolvers),
@@ -132,35 +132,35 @@ func judgeExfil(run *netRun, mode dnsMode, x netTarget, withZone bool) Result {
 	evidence := strings.Join(ev, " | ")
 	for _, r := range run.sandbox.Resolvers {
 		if ip := net.ParseIP(r); ip == nil || !ip.IsLoopback() {
-			return result(checkDNSExfil, probeDNSExfil, Fail, "the sandbox resolves through %s, outside the pod: %s", r, evidence)
+			return result(checkDNSExfil, propertyDNSExfil, Fail, "the sandbox resolves through %s, outside the pod: %s", r, evidence)
 		}
 	}
 	if sb == nil || sb.Attempts == 0 {
-		return result(checkDNSExfil, probeDNSExfil, Fail, "the sandbox's lookup has no outcome: %s", evidence)
+		return result(checkDNSExfil, propertyDNSExfil, Fail, "the sandbox's lookup has no outcome: %s", evidence)
 	}
 	if sb.Reached || sb.Answered {
-		return result(checkDNSExfil, probeDNSExfil, Fail, "the sandbox resolved a fresh name, so its lookup left the pod: %s", evidence)
+		return result(checkDNSExfil, propertyDNSExfil, Fail, "the sandbox resolved a fresh name, so its lookup left the pod: %s", evidence)
 	}
 	blocked := 0
 	for _, t := range clusterDNS {
 		switch netsec.CompareBlocked(t.Target, run.control[t.Name], run.sandbox.Outcomes[t.Name]) {
 		case netsec.SandboxReached:
-			return result(checkDNSExfil, probeDNSExfil, Fail, "the sandbox reached the cluster DNS %s directly, which forwards names out: %s", t.Addr(), evidence)
+			return result(checkDNSExfil, propertyDNSExfil, Fail, "the sandbox reached the cluster DNS %s directly, which forwards names out: %s", t.Addr(), evidence)
 		case netsec.Blocked:
 			blocked++
 		}
 	}
 	switch {
 	case len(clusterDNS) == 0 || blocked < len(clusterDNS):
-		return result(checkDNSExfil, probeDNSExfil, Inconclusive, "the cluster DNS was not shown blocked (the control did not reach it, or it was not probed): %s", evidence)
+		return result(checkDNSExfil, propertyDNSExfil, Inconclusive, "the cluster DNS was not shown blocked (the control did not reach it, or it was not probed): %s", evidence)
 	case withZone && !netsec.ControlOK(x.Target, run.control[x.Name]):
-		return result(checkDNSExfil, probeDNSExfil, Inconclusive, "the control did not get the canary zone's answer, so nothing shows the name would have left: %s", evidence)
+		return result(checkDNSExfil, propertyDNSExfil, Inconclusive, "the control did not get the canary zone's answer, so nothing shows the name would have left: %s", evidence)
 	case sb.LookupMS > exfilFastMS:
 		// Sealed all the same, but not as promised: a lookup that times out
 		// looks like a network fault to the code that made it.
-		return result(checkDNSExfil, probeDNSExfil, Fail, "the lookup failed, but only after %d ms (the pod's own resolver should answer in well under %d ms): %s", sb.LookupMS, exfilFastMS, evidence)
+		return result(checkDNSExfil, propertyDNSExfil, Fail, "the lookup failed, but only after %d ms (the pod's own resolver should answer in well under %d ms): %s", sb.LookupMS, exfilFastMS, evidence)
 	}
-	return result(checkDNSExfil, probeDNSExfil, Pass, "sealed: the lookup failed in %d ms inside the pod and the cluster DNS is out of reach: %s", sb.LookupMS, evidence)
+	return result(checkDNSExfil, propertyDNSExfil, Pass, "sealed: the lookup failed in %d ms inside the pod and the cluster DNS is out of reach: %s", sb.LookupMS, evidence)
 }
 
 func orNone(ss []string) string {
@@ -181,7 +181,7 @@ func (e *env) servePodTargets(ctx context.Context) ([]netTarget, []missingTarget
 	var ts []netTarget
 	add := func(name, host string, port int) {
 		ts = append(ts, netTarget{Target: netsec.Target{Name: name, Kind: netsec.HTTP, Host: host, Port: port, Path: "/healthz"},
-			check: checkServePod, probe: "13"})
+			check: checkServePod, property: "13"})
 	}
 	pods, err := e.cs.CoreV1().Pods(e.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: svc.Spec.Selector})})
 	if err == nil {
@@ -289,7 +289,7 @@ func (e *env) nodePortTargets(ctx context.Context) ([]netTarget, []missingTarget
 				break
 			}
 			ts = append(ts, netTarget{Target: netsec.Target{Name: fmt.Sprintf("node-port#%s:%d", a, p), Kind: netsec.TCP, Host: a, Port: p},
-				check: checkNodePorts, probe: "13", controlDeadlineS: nodePortDeadlineS})
+				check: checkNodePorts, property: "13", controlDeadlineS: nodePortDeadlineS})
 		}
 	}
 	if len(ts) == 0 {
@@ -319,11 +319,11 @@ func (e *env) ipv6Targets(ctx context.Context) ([]netTarget, *Result) {
 	var seen []string
 	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, &Result{Name: checkIPv6, Probe: "13", Status: Inconclusive, Evidence: fmt.Sprintf("list nodes: %v", err)}
+		return nil, &Result{Name: checkIPv6, Property: "13", Status: Inconclusive, Evidence: fmt.Sprintf("list nodes: %v", err)}
 	}
 	var ts []netTarget
 	add := func(name, host string, port int) {
-		ts = append(ts, netTarget{Target: netsec.Target{Name: name, Kind: netsec.TCP, Host: host, Port: port}, check: checkIPv6, probe: "13"})
+		ts = append(ts, netTarget{Target: netsec.Target{Name: name, Kind: netsec.TCP, Host: host, Port: port}, check: checkIPv6, property: "13"})
 	}
 	for _, n := range nodes.Items {
 		for _, a := range n.Status.Addresses {
@@ -357,14 +357,14 @@ func (e *env) ipv6Targets(ctx context.Context) ([]netTarget, *Result) {
 		seen = append(seen, fmt.Sprintf("the PodIPs of %d snippet pod(s)", len(pods.Items)))
 	}
 	if len(ts) == 0 && !podHas6 {
-		return nil, &Result{Name: checkIPv6, Probe: "13", Status: Skip,
+		return nil, &Result{Name: checkIPv6, Property: "13", Status: Skip,
 			Evidence: "not applicable: the cluster has no IPv6 (looked at " + strings.Join(seen, ", ") + ")"}
 	}
 	add("ipv6-gateway", netsec.Gateway6, 10250)
 	if e.opts.MetadataAddr6 != "" {
 		if host, port, err := splitHostPort(e.opts.MetadataAddr6); err == nil {
 			ts = append(ts, netTarget{Target: netsec.Target{Name: "ipv6-metadata", Kind: netsec.HTTP, Host: host, Port: port},
-				check: checkIPv6, probe: "13"})
+				check: checkIPv6, property: "13"})
 		}
 	}
 	return ts, nil

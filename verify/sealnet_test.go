@@ -28,10 +28,10 @@ func TestSealedSpec(t *testing.T) {
 // exfilRun is a sealed network run: the sandbox's lookup and its direct
 // probes of the cluster DNS, and the control's.
 func exfilRun(resolvers []string, lookup, dnsUDP *netsec.Outcome, control *netsec.Outcome) (*netRun, netTarget) {
-	udp := netTarget{Target: netsec.Target{Name: "network/dns-cluster-udp", Kind: netsec.DNSUDP, Host: "10.96.0.10", Port: 53, QName: "k"}, check: "network/dns-cluster-udp", probe: "14"}
+	udp := netTarget{Target: netsec.Target{Name: "network/dns-cluster-udp", Kind: netsec.DNSUDP, Host: "10.96.0.10", Port: 53, QName: "k"}, check: "network/dns-cluster-udp", property: "14"}
 	tcp := udp
 	tcp.Name, tcp.check, tcp.Kind = "network/dns-cluster-tcp", "network/dns-cluster-tcp", netsec.DNSTCP
-	x := netTarget{Target: netsec.Target{Name: checkDNSExfil, Kind: netsec.Resolve, QName: "c2VjcmV0.exfil.sandbox.test", Token: "198.51.100.53"}, check: checkDNSExfil, probe: probeDNSExfil}
+	x := netTarget{Target: netsec.Target{Name: checkDNSExfil, Kind: netsec.Resolve, QName: "c2VjcmV0.exfil.sandbox.test", Token: "198.51.100.53"}, check: checkDNSExfil, property: propertyDNSExfil}
 	answered := &netsec.Outcome{Reached: true, Answered: true, Attempts: 1}
 	refused := &netsec.Outcome{Attempts: 12, Error: "ConnectionRefusedError(111)"}
 	if dnsUDP == nil {
@@ -96,10 +96,10 @@ func TestJudgeExfil(t *testing.T) {
 // groups: PASS when the control reached one the sandbox did not, FAIL on
 // any sandbox reach, whatever the control saw.
 func TestJudgeNewTargets(t *testing.T) {
-	serve := netTarget{Target: netsec.Target{Name: "serve-pod#0", Kind: netsec.HTTP, Host: "10.244.0.5", Port: 8080, Path: "/healthz"}, check: checkServePod, probe: "13"}
-	port := netTarget{Target: netsec.Target{Name: "node-port#172.18.0.2:2379", Kind: netsec.TCP, Host: "172.18.0.2", Port: 2379}, check: checkNodePorts, probe: "13", controlDeadlineS: 3}
-	closed := netTarget{Target: netsec.Target{Name: "node-port#172.18.0.2:22", Kind: netsec.TCP, Host: "172.18.0.2", Port: 22}, check: checkNodePorts, probe: "13", controlDeadlineS: 3}
-	gw := netTarget{Target: netsec.Target{Name: "ipv6-gateway", Kind: netsec.TCP, Host: "fe80::1%eth0", Port: 10250}, check: checkIPv6, probe: "13"}
+	serve := netTarget{Target: netsec.Target{Name: "serve-pod#0", Kind: netsec.HTTP, Host: "10.244.0.5", Port: 8080, Path: "/healthz"}, check: checkServePod, property: "13"}
+	port := netTarget{Target: netsec.Target{Name: "node-port#172.18.0.2:2379", Kind: netsec.TCP, Host: "172.18.0.2", Port: 2379}, check: checkNodePorts, property: "13", controlDeadlineS: 3}
+	closed := netTarget{Target: netsec.Target{Name: "node-port#172.18.0.2:22", Kind: netsec.TCP, Host: "172.18.0.2", Port: 22}, check: checkNodePorts, property: "13", controlDeadlineS: 3}
+	gw := netTarget{Target: netsec.Target{Name: "ipv6-gateway", Kind: netsec.TCP, Host: "fe80::1%eth0", Port: 10250}, check: checkIPv6, property: "13"}
 	reached := &netsec.Outcome{Reached: true, Answered: true, Attempts: 1}
 	refused := &netsec.Outcome{Attempts: 12, Error: "ConnectionRefusedError(111)"}
 	run := &netRun{

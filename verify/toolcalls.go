@@ -45,15 +45,15 @@ var toolSelector = kube.ToolSelector("").String()
 
 // toolCheckNames lists every check this step reports, for the verdicts that
 // cover them all (no /v1/call, no image to call).
-var toolCheckNames = []struct{ name, probe string }{
+var toolCheckNames = []struct{ name, property string }{
 	{"toolcalls/internet-standin", "16"},
 	{"toolcalls/metadata-standin", "17"},
 	{"toolcalls/private-10", "17"},
 	{"toolcalls/private-172-16", "17"},
 	{"toolcalls/private-192-168", "17"},
 	{"toolcalls/private-100-64", "17"},
-	{checkToolNodes, probeToolNodes},
-	{checkToolICMP, probeICMP},
+	{checkToolNodes, propertyToolNodes},
+	{checkToolICMP, propertyICMP},
 	{"toolcalls/no-credentials", "23"},
 	{"toolcalls/non-root", "24"},
 	{"toolcalls/no-reuse", "25"},
@@ -64,7 +64,7 @@ var toolCheckNames = []struct{ name, probe string }{
 func allToolChecks(st Status, format string, args ...any) []Result {
 	var out []Result
 	for _, c := range toolCheckNames {
-		out = append(out, result(c.name, c.probe, st, format, args...))
+		out = append(out, result(c.name, c.property, st, format, args...))
 	}
 	return out
 }
@@ -143,14 +143,14 @@ func execCall(ctx context.Context, c callAPI, image, code string, env map[string
 }
 
 // callJSON is snippetJSON for a call: the probe's line, or why there is none.
-func callJSON(a *callAnswer, err error, probe string) (gjson.Result, error) {
+func callJSON(a *callAnswer, err error, marker string) (gjson.Result, error) {
 	if err != nil {
 		return gjson.Result{}, err
 	}
 	if !a.ok() || a.Result.Error != nil {
 		return gjson.Result{}, fmt.Errorf("service answered %s", a.describe())
 	}
-	line, perr := netsec.LastJSONLine(a.Result.Stdout, "probe", probe)
+	line, perr := netsec.LastJSONLine(a.Result.Stdout, "probe", marker)
 	if perr != nil {
 		return gjson.Result{}, fmt.Errorf("%s: %v; stderr: %q", a.describe(), perr, clip(a.Result.Stderr, 300))
 	}
@@ -215,17 +215,17 @@ func checkToolCalls(ctx context.Context, e *env) []Result {
 	}
 	out = append(out, judgeTreeAs("toolcalls/timeout-kills-tree", a3.asAnswer(), err3))
 	for i := range out {
-		if out[i].Probe == "" {
-			out[i].Probe = probeOf(out[i].Name)
+		if out[i].Property == "" {
+			out[i].Property = propertyOf(out[i].Name)
 		}
 	}
 	return out
 }
 
-func probeOf(name string) string {
+func propertyOf(name string) string {
 	for _, c := range toolCheckNames {
 		if c.name == name {
-			return c.probe
+			return c.property
 		}
 	}
 	return ""

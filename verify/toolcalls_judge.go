@@ -12,9 +12,9 @@ import (
 // request's canary variable is the positive control: an environment that
 // lacks it is not the tool's, and what it lacks proves nothing.
 func judgeToolCredentials(j gjson.Result, perr error, canary string, serveNames []string) Result {
-	const name, probe = "toolcalls/no-credentials", "23"
+	const name, property = "toolcalls/no-credentials", "23"
 	if perr != nil {
-		return result(name, probe, Fail, "the identity probe gave no usable answer: %v", perr)
+		return result(name, property, Fail, "the identity probe gave no usable answer: %v", perr)
 	}
 	names := map[string]bool{}
 	for _, n := range j.Get("env_names").Array() {
@@ -46,24 +46,24 @@ func judgeToolCredentials(j gjson.Result, perr error, canary string, serveNames 
 		bad = append(bad, fmt.Sprintf("serve's variables %v", serve))
 	}
 	if len(bad) > 0 {
-		return result(name, probe, Fail, "%s: %s", strings.Join(bad, "; "), ev)
+		return result(name, property, Fail, "%s: %s", strings.Join(bad, "; "), ev)
 	}
 	switch {
 	case j.Get("canary").String() != canary:
-		return result(name, probe, Inconclusive, "the request's %s did not arrive (got %s), so this environment may not be the tool's: %s", toolEnvCanary, j.Get("canary").Raw, ev)
+		return result(name, property, Inconclusive, "the request's %s did not arrive (got %s), so this environment may not be the tool's: %s", toolEnvCanary, j.Get("canary").Raw, ev)
 	case !j.Get("token_mounts").Exists():
-		return result(name, probe, Inconclusive, "no token path, but /proc/self/mountinfo was unreadable (%s): %s", j.Get("mountinfo_error").String(), ev)
+		return result(name, property, Inconclusive, "no token path, but /proc/self/mountinfo was unreadable (%s): %s", j.Get("mountinfo_error").String(), ev)
 	}
-	return result(name, probe, Pass, "request's %s arrived; no service-account token or secret mount, no KUBERNETES_* variable, none of serve's %d variables %v: %s",
+	return result(name, property, Pass, "request's %s arrived; no service-account token or secret mount, no KUBERNETES_* variable, none of serve's %d variables %v: %s",
 		toolEnvCanary, len(serveNames), serveNames, ev)
 }
 
 // judgeToolNonRoot is toolcalls/non-root: every id of the tool's process is
 // non-zero.
 func judgeToolNonRoot(j gjson.Result, perr error) Result {
-	const name, probe = "toolcalls/non-root", "24"
+	const name, property = "toolcalls/non-root", "24"
 	if perr != nil {
-		return result(name, probe, Fail, "the identity probe gave no usable answer: %v", perr)
+		return result(name, property, Fail, "the identity probe gave no usable answer: %v", perr)
 	}
 	var zero []string
 	for _, k := range []string{"uid", "euid", "gid", "egid"} {
@@ -78,23 +78,23 @@ func judgeToolNonRoot(j gjson.Result, perr error) Result {
 	}
 	ev := fmt.Sprintf("%s: uid %s euid %s gid %s egid %s groups %s", j.Get("hostname").String(),
 		j.Get("uid").Raw, j.Get("euid").Raw, j.Get("gid").Raw, j.Get("egid").Raw, j.Get("groups").Raw)
-	return passIf(len(zero) == 0, name, probe, ev, "root ids: "+strings.Join(zero, ", "))
+	return passIf(len(zero) == 0, name, property, ev, "root ids: "+strings.Join(zero, ", "))
 }
 
 // judgeToolReuse is toolcalls/no-reuse: call 2 ran in another pod than
 // call 1 (sandbox_id, host name, pod UID) and did not find call 1's marker.
 func judgeToolReuse(j1 gjson.Result, perr1 error, j2 gjson.Result, perr2 error, id1, id2, uid1, uid2 string) Result {
-	const name, probe = "toolcalls/no-reuse", "25"
+	const name, property = "toolcalls/no-reuse", "25"
 	switch {
 	case perr1 != nil:
-		return result(name, probe, Fail, "call 1: %v", perr1)
+		return result(name, property, Fail, "call 1: %v", perr1)
 	case perr2 != nil:
-		return result(name, probe, Fail, "call 2: %v", perr2)
+		return result(name, property, Fail, "call 2: %v", perr2)
 	}
 	h1, h2 := j1.Get("hostname").String(), j2.Get("hostname").String()
 	ev := fmt.Sprintf("call 1 %s (host %s, uid %s), call 2 %s (host %s, uid %s)", id1, h1, orUnknown(uid1), id2, h2, orUnknown(uid2))
 	if !j1.Get("marker.written").Bool() {
-		return result(name, probe, Inconclusive, "%s; call 1 could not write its marker (%s), so its absence proves nothing", ev, j1.Get("marker").Raw)
+		return result(name, property, Inconclusive, "%s; call 1 could not write its marker (%s), so its absence proves nothing", ev, j1.Get("marker").Raw)
 	}
 	var bad []string
 	if id1 == "" || id1 == id2 {
@@ -110,10 +110,10 @@ func judgeToolReuse(j1 gjson.Result, perr1 error, j2 gjson.Result, perr2 error, 
 		bad = append(bad, "call 1's marker still present: "+j2.Get("present").Raw)
 	}
 	if len(bad) > 0 {
-		return result(name, probe, Fail, "%s: %s", strings.Join(bad, "; "), ev)
+		return result(name, property, Fail, "%s: %s", strings.Join(bad, "; "), ev)
 	}
 	if uid1 == "" || uid2 == "" {
-		return result(name, probe, Inconclusive, "%s; ids differ and the marker is absent, but a pod UID was never seen (is sandbox_id the pod's name?)", ev)
+		return result(name, property, Inconclusive, "%s; ids differ and the marker is absent, but a pod UID was never seen (is sandbox_id the pod's name?)", ev)
 	}
-	return result(name, probe, Pass, "%s; call 1's marker %s absent in call 2", ev, j1.Get("marker.path").String())
+	return result(name, property, Pass, "%s; call 1's marker %s absent in call 2", ev, j1.Get("marker.path").String())
 }

@@ -146,9 +146,9 @@ func toolRun(ts []netTarget, reached map[string]bool) *netRun {
 
 func TestJudgeToolNetwork(t *testing.T) {
 	internet := netTarget{Target: netsec.Target{Name: "toolcalls/internet-standin", Kind: netsec.HTTP, Host: "198.51.100.10", Port: 80, Token: "sandbox-canary"},
-		check: "toolcalls/internet-standin", probe: "16", allowed: true}
+		check: "toolcalls/internet-standin", property: "16", allowed: true}
 	meta := netTarget{Target: netsec.Target{Name: "toolcalls/metadata-standin", Kind: netsec.HTTP, Host: "169.254.169.254", Port: 80, Token: "sandbox-canary"},
-		check: "toolcalls/metadata-standin", probe: "17"}
+		check: "toolcalls/metadata-standin", property: "17"}
 	private, missing := sortPrivate([]netsec.Target{
 		{Kind: netsec.HTTP, Host: "10.244.0.7", Port: 8080, Token: "t"},
 		{Kind: netsec.TCP, Host: "172.18.0.2", Port: 10250},

@@ -44,7 +44,7 @@ func sortPrivate(cands []netsec.Target) ([]netTarget, []privateRange) {
 		for _, r := range privateRanges {
 			if r.prefix.Contains(a.Unmap()) && n[r.check] < maxPerGroup {
 				c.Name = fmt.Sprintf("%s#%d", r.check, n[r.check])
-				ts = append(ts, netTarget{Target: c, check: r.check, probe: "17"})
+				ts = append(ts, netTarget{Target: c, check: r.check, property: "17"})
 				n[r.check]++
 			}
 		}
@@ -101,7 +101,7 @@ func (e *env) toolNetwork(ctx context.Context, caller callAPI, image, markerPath
 	if ferr != nil {
 		var out []Result
 		for _, c := range toolCheckNames[:8] {
-			out = append(out, result(c.name, c.probe, Inconclusive, "verify's control pod is not ready, no network verdict possible: %v", ferr))
+			out = append(out, result(c.name, c.property, Inconclusive, "verify's control pod is not ready, no network verdict possible: %v", ferr))
 		}
 		a, err := execCall(ctx, caller, image, reuseCode, nil, toolCallTimeoutS)
 		reuse, rerr := callJSON(a, err, "reuse")
@@ -114,12 +114,12 @@ func (e *env) toolNetwork(ctx context.Context, caller callAPI, image, markerPath
 	var internet *netTarget
 	if h, p, err := splitHostPort(e.opts.InternetAddr); err == nil {
 		internet = &netTarget{Target: netsec.Target{Name: "toolcalls/internet-standin", Kind: netsec.HTTP, Host: h, Port: p, Token: e.opts.StandinToken},
-			check: "toolcalls/internet-standin", probe: "16", allowed: internetOn}
+			check: "toolcalls/internet-standin", property: "16", allowed: internetOn}
 		ts = append(ts, *internet)
 	}
 	if h, p, err := splitHostPort(e.opts.MetadataAddr); err == nil {
 		ts = append(ts, netTarget{Target: netsec.Target{Name: "toolcalls/metadata-standin", Kind: netsec.HTTP, Host: h, Port: p, Token: e.opts.StandinToken},
-			check: "toolcalls/metadata-standin", probe: "17"})
+			check: "toolcalls/metadata-standin", property: "17"})
 	}
 	private, missing := sortPrivate(e.privateCandidates(ctx, fx))
 	ts = append(ts, private...)
@@ -162,7 +162,7 @@ func (e *env) toolNetwork(ctx context.Context, caller callAPI, image, markerPath
 	run.sbErr = err
 	out := judgeToolNetwork(run, internet, missing, len(e.opts.PrivateAddrs) > 0)
 	if len(nodes) == 0 {
-		out = append(out, result(checkToolNodes, probeToolNodes, Inconclusive, "no node or API server address to probe: %v", nerr))
+		out = append(out, result(checkToolNodes, propertyToolNodes, Inconclusive, "no node or API server address to probe: %v", nerr))
 	}
 	return out, reuse, id, rerr
 }
