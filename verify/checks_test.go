@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/verify/netsec"
 	"github.com/sandboxd/sandbox/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/verify/netsec"
 )
 
 // fixtureCluster is a fake clientset whose kubelet fails the container start

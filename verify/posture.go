@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/verify/netsec"
 )
 
 const psaEnforce = "pod-security.kubernetes.io/enforce"

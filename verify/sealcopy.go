@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandbox/kube"
-	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/verify/netsec"
 )
 
 // network/ready-on-proof: a snippet pod's runner is Ready only once it has

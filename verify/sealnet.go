@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandbox/kube"
-	"github.com/sandboxd/sandbox/netsec"
+	"github.com/sandboxd/sandbox/verify/netsec"
 )
 
 // Names and properties of the network checks of the seal: DNS, serve's own
