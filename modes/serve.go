@@ -84,6 +84,7 @@ func (c *ServeCmd) Run(d *Deps) error {
 		ShutdownTimeout: c.ShutdownTimeout,
 		Caller:          caller,
 		CallPolicy:      policy,
+		Version:         version,
 	})
 	if err != nil {
 		return err

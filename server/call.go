@@ -74,6 +74,7 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if r.ContentLength > s.opts.MaxBody {
+		s.countRefused(http.StatusRequestEntityTooLarge)
 		err = api.Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", s.opts.MaxBody)
 		status, outcome = s.writeErr(r.Context(), w, err)
 		return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,13 +41,13 @@ func (s *Server) routes() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt, ok := table[r.URL.Path]
 		if !ok {
-			api.WriteError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the API is POST /v1/execute", r.URL.Path))
+			s.refuse(w, r, api.Errorf(http.StatusNotFound, "no such path %q: the API is POST /v1/execute", r.URL.Path))
 			return
 		}
 		for _, m := range rt.methods {
 			if r.Method == m {
 				if err := checkPost(r); err != nil {
-					err.Write(w)
+					s.refuse(w, r, err)
 					return
 				}
 				rt.handler(w, r)
@@ -55,8 +56,24 @@ func (s *Server) routes() http.Handler {
 		}
 		allow := strings.Join(rt.methods, ", ")
 		w.Header().Set("Allow", allow)
-		api.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
+		s.refuse(w, r, api.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
 	})
+}
+
+// refuse answers a request refused before its body was read, counts it by
+// status in sandbox_requests_refused_total and logs it in one line: what
+// was asked and why it was refused, never the body, which was not read.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *api.Error) {
+	s.countRefused(e.Status)
+	s.log.Info("refused", "status", e.Status, "method", r.Method, "path", r.URL.Path,
+		"remote", r.RemoteAddr, "error", e.Msg)
+	e.Write(w)
+}
+
+// countRefused counts a request refused before its body was read; the
+// execute and call handlers' own 413 logs as their request's line.
+func (s *Server) countRefused(status int) {
+	s.metrics.refused.WithLabelValues(strconv.Itoa(status)).Inc()
 }
 
 // checkPost refuses what no client of the API sends with a POST. A web
@@ -125,6 +142,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	// A declared length over the limit is refused before reading a byte;
 	// MaxBytesReader catches bodies that do not declare it.
 	if r.ContentLength > s.opts.MaxBody {
+		s.countRefused(http.StatusRequestEntityTooLarge)
 		e.err = api.Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", s.opts.MaxBody)
 		e.status, e.outcome = s.writeErr(r.Context(), w, e.err)
 		return

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,11 +29,14 @@ type metrics struct {
 	cpu        prometheus.Histogram
 	maxRSS     prometheus.Histogram
 	inFlight   prometheus.Gauge
+	// refused counts requests answered before their body was read (see
+	// Server.refuse), by status code.
+	refused *prometheus.CounterVec
 	// inFlightCount mirrors inFlight for the shutdown log.
 	inFlightCount atomic.Int64
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, version string) (*metrics, error) {
 	m := &metrics{
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_executions_total",
@@ -57,8 +61,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sandbox_executions_in_flight",
 			Help: "Requests to POST /v1/execute being answered now.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_requests_refused_total",
+			Help: "Requests refused before their body was read (no such path, wrong method, a web page's, a compressed or too large body), by status code.",
+		}, []string{"code"}),
 	}
-	for _, c := range []prometheus.Collector{m.executions, m.duration, m.cpu, m.maxRSS, m.inFlight} {
+	// build_info is 1, its labels saying which build serves: a dashboard
+	// joins on it to tell the replicas of a rollout apart.
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "sandbox_build_info",
+		Help:        "Always 1; its labels are the version of this binary and the Go release that built it.",
+		ConstLabels: prometheus.Labels{"version": version, "go_version": runtime.Version()},
+	})
+	buildInfo.Set(1)
+	for _, c := range []prometheus.Collector{m.executions, m.duration, m.cpu, m.maxRSS, m.inFlight, m.refused, buildInfo} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}

@@ -57,6 +57,8 @@ type Options struct {
 	// the path unserved (404), so a deployment opts in.
 	Caller     Caller
 	CallPolicy api.CallPolicy
+	// Version is the binary's, for sandbox_build_info; "" means "dev".
+	Version string
 }
 
 // MaxAnswerer is implemented by a Backend or Caller that can say how long
@@ -129,7 +131,10 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(opts.Registry)
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	m, err := newMetrics(opts.Registry, opts.Version)
 	if err != nil {
 		return nil, err
 	}
