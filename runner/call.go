@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/exec"
+	"github.com/sandboxd/sandbox/seal"
 	"github.com/sandboxd/sandbox/wire"
 )
 

@@ -83,4 +83,3 @@ func TestRefusedCountedAndLogged(t *testing.T) {
 		t.Errorf("%d refused lines, want 5:\n%s", refusedLines, logs.String())
 	}
 }
-
