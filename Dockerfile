@@ -18,7 +18,7 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X github.com/sandboxd/sandbox/modes.version=${VERSION}" \
+      -ldflags "-s -w -X github.com/sandboxd/sandbox/internal/modes.version=${VERSION}" \
       -o /out/sandbox .
 
 FROM debian:bookworm-slim

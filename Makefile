@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/sandbox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/sandboxd/sandbox/modes.version=$(VERSION)
+LDFLAGS := -s -w -X github.com/sandboxd/sandbox/internal/modes.version=$(VERSION)
 
 .PHONY: build dist run test unit python-test lint bench bench-kind fmt vet clean
 

@@ -7,8 +7,8 @@ package main
 import (
 	"os"
 
-	"github.com/sandboxd/sandbox/exec"
-	"github.com/sandboxd/sandbox/modes"
+	"github.com/sandboxd/sandbox/internal/exec"
+	"github.com/sandboxd/sandbox/internal/modes"
 )
 
 func main() {

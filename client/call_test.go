@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/wire"
 )
 

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/verify/netsec"
+	"github.com/sandboxd/sandbox/internal/verify/netsec"
 )
 
 // agentNamespace is where the sample agent runs: another namespace than the

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/wire"
 )
 

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/internal/kube"
 )
 
 // Each serve replica claims its pods in memory, so each must only ever hand

@@ -24,7 +24,7 @@ import (
 
 	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/wire"
 )
 

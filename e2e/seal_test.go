@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/verify"
+	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/verify"
 )
 
 // exfilLookupMax is how quickly a sealed pod's lookup must fail: the answer

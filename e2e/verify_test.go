@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/verify"
+	"github.com/sandboxd/sandbox/internal/verify"
 )
 
 // verifyTimeout bounds one `sandbox verify` run; a full run takes about two

@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/verify"
+	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/verify"
 )
 
 // toolCallChecks are verify's tool-call checks; on the e2e deployment (the

@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
-	"github.com/sandboxd/sandbox/exec"
-	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/internal/exec"
+	"github.com/sandboxd/sandbox/internal/kube"
 )
 
 // warmSkips are the introspection snippets not compared here, because the
@@ -58,7 +58,7 @@ func TestWarmRunLooksFresh(t *testing.T) {
 		}).
 		Assess("each snippet sees the same", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			pod := ctx.Value(warmKey{}).(*corev1.Pod)
-			files, err := filepath.Glob("../exec/testdata/introspection/*.py")
+			files, err := filepath.Glob("../internal/exec/testdata/introspection/*.py")
 			if err != nil || len(files) == 0 {
 				t.Fatalf("no introspection snippets: %v", err)
 			}

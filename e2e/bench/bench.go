@@ -33,8 +33,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/kube"
-	"github.com/sandboxd/sandbox/pool"
+	"github.com/sandboxd/sandbox/internal/kube"
+	"github.com/sandboxd/sandbox/internal/pool"
 )
 
 // Options say what to measure against and where the results go.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/internal/kube"
 )
 
 // What each part of a sandbox pod costs the node. The sandbox churn costs

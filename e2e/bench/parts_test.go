@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/internal/kube"
 )
 
 func TestPodLadder(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
-	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/internal/kube"
 )
 
 // bareLabel marks the bench's bare pods.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/internal/api"
 )
 
 // Sample is one measurement, as the raw samples file stores it.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/internal/api"
 )
 
 func TestPercentile(t *testing.T) {

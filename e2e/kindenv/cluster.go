@@ -13,7 +13,7 @@ import (
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 
-	"github.com/sandboxd/sandbox/kube"
+	"github.com/sandboxd/sandbox/internal/kube"
 )
 
 const (

@@ -1,0 +1,243 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/exec"
+	"github.com/sandboxd/sandbox/wire"
+)
+
+// route is one path and the methods it answers.
+type route struct {
+	methods []string
+	handler http.HandlerFunc
+}
+
+// routes builds the handler. It routes by hand rather than with
+// http.ServeMux patterns so that 404 and 405 answers are JSON like every
+// other error.
+func (s *Server) routes() http.Handler {
+	metricsHandler := promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
+	table := map[string]route{
+		"/v1/execute": {[]string{http.MethodPost}, s.execute},
+		"/healthz":    {[]string{http.MethodGet, http.MethodHead}, s.healthz},
+		"/readyz":     {[]string{http.MethodGet, http.MethodHead}, s.readyz},
+		"/metrics":    {[]string{http.MethodGet, http.MethodHead}, metricsHandler.ServeHTTP},
+	}
+	if s.opts.Caller != nil {
+		table["/v1/call"] = route{[]string{http.MethodPost}, s.call}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := table[r.URL.Path]
+		if !ok {
+			s.refuse(w, r, api.Errorf(http.StatusNotFound, "no such path %q: the API is POST /v1/execute", r.URL.Path))
+			return
+		}
+		for _, m := range rt.methods {
+			if r.Method == m {
+				if err := checkPost(r); err != nil {
+					s.refuse(w, r, err)
+					return
+				}
+				rt.handler(w, r)
+				return
+			}
+		}
+		allow := strings.Join(rt.methods, ", ")
+		w.Header().Set("Allow", allow)
+		s.refuse(w, r, api.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
+	})
+}
+
+// refuse answers a request refused before its body was read, counts it by
+// status in sandbox_requests_refused_total and logs it in one line: what
+// was asked and why it was refused, never the body, which was not read.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *api.Error) {
+	s.countRefused(e.Status)
+	s.log.Info("refused", "status", e.Status, "method", r.Method, "path", r.URL.Path,
+		"remote", r.RemoteAddr, "error", e.Msg)
+	e.Write(w)
+}
+
+// countRefused counts a request refused before its body was read; the
+// execute and call handlers' own 413 logs as their request's line.
+func (s *Server) countRefused(status int) {
+	s.metrics.refused.WithLabelValues(strconv.Itoa(status)).Inc()
+}
+
+// checkPost refuses what no client of the API sends with a POST. A web
+// page: any site a user visits can POST to serve on 127.0.0.1 (a form or
+// fetch with a simple content type needs no preflight, and DNS rebinding
+// makes it same-origin), and would run code through it; browsers mark
+// such requests with Origin or Sec-Fetch-Site, and programs do not. A
+// compressed body: the API reads the body as it is.
+func checkPost(r *http.Request) *api.Error {
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	if o, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site"); o != "" || site != "" && site != "none" {
+		return &api.Error{Status: http.StatusForbidden, Msg: fmt.Sprintf(
+			"a request from a web page (Origin %q, Sec-Fetch-Site %q) is refused: the API is for programs, and a page must not run code through it", o, site)}
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return &api.Error{Status: http.StatusUnsupportedMediaType, Msg: fmt.Sprintf(
+			"Content-Encoding %q is not supported: send the JSON body as it is", ce)}
+	}
+	return nil
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case s.draining.Load():
+		api.WriteError(w, http.StatusServiceUnavailable, "shutting down")
+	case !s.opts.Backend.Ready():
+		api.WriteError(w, http.StatusServiceUnavailable, "backend not ready: not started or shutting down")
+	default:
+		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+// execution is what the log line and the metrics record of one request.
+type execution struct {
+	requestID string
+	status    int
+	outcome   string
+	result    wire.Result
+	job       exec.Job
+	err       error
+	began     time.Time
+	reached   bool // the job reached the backend
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	s.metrics.begin()
+	defer s.metrics.end()
+	e := &execution{requestID: newRequestID(), began: time.Now()}
+	defer s.record(e)
+	defer func() {
+		// A panicking backend answers like a failing one, and the server
+		// keeps serving.
+		if p := recover(); p != nil {
+			e.err = fmt.Errorf("backend panicked: %v", p)
+			e.status, e.outcome = http.StatusInternalServerError, wire.OutcomeFailed
+			api.WriteError(w, e.status, "internal error: "+e.err.Error())
+		}
+	}()
+
+	// A declared length over the limit is refused before reading a byte;
+	// MaxBytesReader catches bodies that do not declare it.
+	if r.ContentLength > s.opts.MaxBody {
+		s.countRefused(http.StatusRequestEntityTooLarge)
+		e.err = api.Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", s.opts.MaxBody)
+		e.status, e.outcome = s.writeErr(r.Context(), w, e.err)
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	job, err := api.Decode(body)
+	if err != nil {
+		e.err = err
+		e.status, e.outcome = s.writeErr(r.Context(), w, err)
+		return
+	}
+	e.job, e.reached = job, true
+	ctx, timing := api.WithTiming(r.Context())
+	res, err := s.opts.Backend.Execute(ctx, job)
+	timing.Add(api.TimingTotal, time.Since(e.began))
+	w.Header().Set(api.ServerTiming, timing.Header())
+	if err != nil {
+		e.err = err
+		e.status, e.outcome = s.writeErr(r.Context(), w, err)
+		return
+	}
+	e.result, e.status, e.outcome = res, http.StatusOK, res.Outcome()
+	api.WriteJSON(w, http.StatusOK, res)
+}
+
+// writeErr answers err and returns the status and outcome. An *api.Error
+// chooses the status (and Retry-After); anything else is a 500 naming it.
+func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error) (int, string) {
+	if ae, ok := api.AsError(err); ok {
+		ae.Write(w)
+		if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable {
+			return ae.Status, wire.OutcomeFailed
+		}
+		return ae.Status, wire.OutcomeRejected
+	}
+	if ctx.Err() != nil {
+		// Nobody may be listening any more, but say what happened.
+		api.WriteError(w, http.StatusServiceUnavailable, "execution cancelled: "+err.Error())
+		return http.StatusServiceUnavailable, wire.OutcomeCanceled
+	}
+	api.WriteError(w, http.StatusInternalServerError, "execution failed: "+err.Error())
+	return http.StatusInternalServerError, wire.OutcomeFailed
+}
+
+// record logs one line for the request and updates the metrics. The code is
+// never logged: it is the user's, and may hold anything.
+func (s *Server) record(e *execution) {
+	d := time.Since(e.began)
+	s.metrics.executions.WithLabelValues(e.outcome).Inc()
+	if e.reached {
+		s.metrics.duration.Observe(d.Seconds())
+	}
+	attrs := []slog.Attr{
+		slog.String("id", e.requestID),
+		slog.String("outcome", e.outcome),
+		slog.Int("status", e.status),
+		slog.Int64("duration_ms", d.Milliseconds()),
+	}
+	if e.reached {
+		attrs = append(attrs,
+			slog.Int("timeout_s", int(e.job.Timeout/time.Second)),
+			slog.Int("files", len(e.job.Files)),
+			slog.Int("outputs", len(e.job.Outputs)),
+			slog.Int("code_bytes", len(e.job.Code)))
+	}
+	if e.status == http.StatusOK {
+		u := e.result.Usage
+		s.metrics.cpu.Observe(float64(u.CPUMS) / 1000)
+		s.metrics.maxRSS.Observe(float64(u.MaxRSSKiB) * 1024)
+		attrs = append(attrs,
+			slog.String("sandbox_id", e.result.SandboxID),
+			slog.Int("exit_code", e.result.ExitCode),
+			slog.Int64("run_ms", e.result.DurationMS),
+			slog.Int("stdout_bytes", len(e.result.Stdout)),
+			slog.Int("stderr_bytes", len(e.result.Stderr)),
+			slog.Bool("stdout_truncated", e.result.StdoutTruncated),
+			slog.Bool("stderr_truncated", e.result.StderrTruncated),
+			slog.Int64("cpu_ms", u.CPUMS),
+			slog.Int64("max_rss_kib", u.MaxRSSKiB),
+			slog.Int("output_files", len(e.result.Files)))
+	}
+	level := slog.LevelInfo
+	if e.err != nil {
+		attrs = append(attrs, slog.String("error", e.err.Error()))
+		if e.outcome == wire.OutcomeFailed {
+			level = slog.LevelError
+		}
+	}
+	s.log.LogAttrs(context.Background(), level, "execution", attrs...)
+}
+
+// newRequestID names one request in the log, also for requests that never
+// got a sandbox.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
