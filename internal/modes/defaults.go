@@ -8,10 +8,12 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/auth"
 	"github.com/sandboxd/sandbox/internal/exec"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/local"
 	"github.com/sandboxd/sandbox/internal/manifests"
+	"github.com/sandboxd/sandbox/internal/policy"
 	"github.com/sandboxd/sandbox/internal/pool"
 	"github.com/sandboxd/sandbox/internal/seal"
 	"github.com/sandboxd/sandbox/internal/server"
@@ -21,7 +23,8 @@ import (
 )
 
 // defaultListen is where serve listens and where exec looks for it by
-// default: this machine only, since the API has no authentication.
+// default: this machine only, since the local backend has no
+// authentication by default.
 const defaultListen = "127.0.0.1:8080"
 
 // vars feeds the flags' defaults and help from the constants that define
@@ -30,6 +33,8 @@ const defaultListen = "127.0.0.1:8080"
 func vars() kong.Vars {
 	return kong.Vars{
 		"listen":              defaultListen,
+		"auth_audience":       auth.DefaultAudience,
+		"policy_configmap":    policy.ConfigMap,
 		"max_body":            strconv.Itoa(api.DefaultMaxBody),
 		"shutdown_timeout":    seconds(server.DefaultShutdownTimeout),
 		"queue_wait":          seconds(local.DefaultQueueWait),

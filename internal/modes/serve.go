@@ -30,6 +30,7 @@ type ServeCmd struct {
 
 	KubeFlags `embed:""`
 	ToolFlags `embed:"" group:"tool calls"`
+	AuthFlags `embed:"" group:"callers"`
 }
 
 // Run builds the backend and serves until SIGINT or SIGTERM, then drains.
@@ -76,6 +77,10 @@ func (c *ServeCmd) Run(d *Deps) error {
 		defer stop()
 	}
 
+	authn, gate, err := newAuth(d.Ctx, &c.AuthFlags, &c.KubeFlags, backend, c.Listen, policy, log)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Options{
 		Backend:         b,
 		Logger:          log,
@@ -84,12 +89,14 @@ func (c *ServeCmd) Run(d *Deps) error {
 		ShutdownTimeout: c.ShutdownTimeout,
 		Caller:          caller,
 		CallPolicy:      policy,
+		Auth:            authn,
+		Gate:            gate,
 		Version:         version,
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("sandbox serve", "version", version, "backend", backend, "listen", c.Listen)
+	log.Info("sandbox serve", "version", version, "backend", backend, "listen", c.Listen, "auth", c.authMode(backend))
 	return srv.Run(d.Ctx)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/policy"
 	"github.com/sandboxd/sandbox/wire"
 )
 
@@ -64,7 +65,7 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		reached bool
 	)
 	defer func() {
-		s.recordCall(began, c, res, status, outcome, err, reached)
+		s.recordCall(auditOf(r.Context()), began, c, res, status, outcome, err, reached)
 	}()
 	defer func() {
 		if p := recover(); p != nil {
@@ -83,6 +84,9 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.opts.CallPolicy.Check(c)
 	}
+	if err == nil {
+		err = allows(auditOf(r.Context()), policy.ToolCall, c.Image, c.Timeout)
+	}
 	if err != nil {
 		status, outcome = s.writeErr(r.Context(), w, err)
 		return
@@ -97,21 +101,17 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	status, outcome = http.StatusOK, res.Outcome()
 }
 
-// recordCall logs one line per call and counts it. Arguments, environment
-// values and the return value are the caller's and are never logged.
-func (s *Server) recordCall(began time.Time, c api.Call, res wire.CallResult, status int, outcome string, err error, reached bool) {
+// recordCall adds what came of a call to its audit line and counts it.
+// Arguments, environment values and the return value are the caller's and
+// are never logged.
+func (s *Server) recordCall(a *audit, began time.Time, c api.Call, res wire.CallResult, status int, outcome string, err error, reached bool) {
 	d := time.Since(began)
 	s.calls.calls.WithLabelValues(outcome).Inc()
 	if reached {
 		s.calls.duration.Observe(d.Seconds())
 	}
-	attrs := []slog.Attr{
-		slog.String("id", newRequestID()),
-		slog.String("outcome", outcome),
-		slog.Int("status", status),
-		slog.Int64("duration_ms", d.Milliseconds()),
-	}
-	if reached {
+	attrs := []slog.Attr{slog.String("outcome", outcome)}
+	if c.Image != "" {
 		attrs = append(attrs,
 			slog.String("image", c.Image),
 			slog.String("function", c.Function()),
@@ -138,5 +138,5 @@ func (s *Server) recordCall(began time.Time, c api.Call, res wire.CallResult, st
 			level = slog.LevelError
 		}
 	}
-	s.log.LogAttrs(context.Background(), level, "call", attrs...)
+	a.add(level, attrs...)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/exec"
+	"github.com/sandboxd/sandbox/internal/policy"
 	"github.com/sandboxd/sandbox/wire"
 )
 
@@ -22,6 +24,9 @@ import (
 type route struct {
 	methods []string
 	handler http.HandlerFunc
+	// kind is what the policy judges a request of the path as; nil for a
+	// path open to anyone who reaches serve (health, metrics).
+	kind *policy.Kind
 }
 
 // routes builds the handler. It routes by hand rather than with
@@ -30,43 +35,62 @@ type route struct {
 func (s *Server) routes() http.Handler {
 	metricsHandler := promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	table := map[string]route{
-		"/v1/execute": {[]string{http.MethodPost}, s.execute},
-		"/healthz":    {[]string{http.MethodGet, http.MethodHead}, s.healthz},
-		"/readyz":     {[]string{http.MethodGet, http.MethodHead}, s.readyz},
-		"/metrics":    {[]string{http.MethodGet, http.MethodHead}, metricsHandler.ServeHTTP},
+		"/v1/execute": {[]string{http.MethodPost}, s.execute, ptr(policy.Snippet)},
+		"/healthz":    {[]string{http.MethodGet, http.MethodHead}, s.healthz, nil},
+		"/readyz":     {[]string{http.MethodGet, http.MethodHead}, s.readyz, nil},
+		"/metrics":    {[]string{http.MethodGet, http.MethodHead}, metricsHandler.ServeHTTP, nil},
 	}
 	if s.opts.Caller != nil {
-		table["/v1/call"] = route{[]string{http.MethodPost}, s.call}
+		table["/v1/call"] = route{[]string{http.MethodPost}, s.call, ptr(policy.ToolCall)}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt, ok := table[r.URL.Path]
-		if !ok {
-			s.refuse(w, r, api.Errorf(http.StatusNotFound, "no such path %q: the API is POST /v1/execute", r.URL.Path))
-			return
-		}
-		for _, m := range rt.methods {
-			if r.Method == m {
-				if err := checkPost(r); err != nil {
-					s.refuse(w, r, err)
-					return
-				}
-				rt.handler(w, r)
-				return
-			}
-		}
-		allow := strings.Join(rt.methods, ", ")
-		w.Header().Set("Allow", allow)
-		s.refuse(w, r, api.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
+		a := &audit{id: newRequestID(), began: time.Now()}
+		w.Header().Set(RequestIDHeader, a.id)
+		rec := &statusRecorder{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), auditKey{}, a))
+		defer func() {
+			a.status = rec.status
+			s.logRequest(r, a)
+		}()
+		s.serve(table, rec, r, a)
 	})
 }
 
+// serve routes r: a path and method of the table, the caller admitted for
+// the API's paths, then the handler.
+func (s *Server) serve(table map[string]route, w http.ResponseWriter, r *http.Request, a *audit) {
+	rt, ok := table[r.URL.Path]
+	if !ok {
+		s.refuse(w, r, api.Errorf(http.StatusNotFound, "no such path %q: the API is POST /v1/execute", r.URL.Path))
+		return
+	}
+	if !slices.Contains(rt.methods, r.Method) {
+		allow := strings.Join(rt.methods, ", ")
+		w.Header().Set("Allow", allow)
+		s.refuse(w, r, api.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s: use %s", r.Method, r.URL.Path, allow))
+		return
+	}
+	if err := checkPost(r); err != nil {
+		s.refuse(w, r, err)
+		return
+	}
+	if rt.kind != nil {
+		done, err := s.admit(r, a, *rt.kind)
+		if err != nil {
+			s.refuse(w, r, err)
+			return
+		}
+		defer done()
+	}
+	rt.handler(w, r)
+}
+
 // refuse answers a request refused before its body was read, counts it by
-// status in sandbox_requests_refused_total and logs it in one line: what
-// was asked and why it was refused, never the body, which was not read.
+// status in sandbox_requests_refused_total and puts why in its audit line,
+// never the body, which was not read.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *api.Error) {
 	s.countRefused(e.Status)
-	s.log.Info("refused", "status", e.Status, "method", r.Method, "path", r.URL.Path,
-		"remote", r.RemoteAddr, "error", e.Msg)
+	auditOf(r.Context()).add(slog.LevelInfo, slog.String("error", e.Msg))
 	e.Write(w)
 }
 
@@ -114,21 +138,21 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // execution is what the log line and the metrics record of one request.
 type execution struct {
-	requestID string
 	status    int
 	outcome   string
 	result    wire.Result
 	job       exec.Job
 	err       error
 	began     time.Time
+	decoded   bool // the request was read and is valid
 	reached   bool // the job reached the backend
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	s.metrics.begin()
 	defer s.metrics.end()
-	e := &execution{requestID: newRequestID(), began: time.Now()}
-	defer s.record(e)
+	e := &execution{began: time.Now()}
+	defer s.record(auditOf(r.Context()), e)
 	defer func() {
 		// A panicking backend answers like a failing one, and the server
 		// keeps serving.
@@ -149,12 +173,16 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
 	job, err := api.Decode(body)
+	if err == nil {
+		e.job, e.decoded = job, true
+		err = allows(auditOf(r.Context()), policy.Snippet, "", job.Timeout)
+	}
 	if err != nil {
 		e.err = err
 		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
-	e.job, e.reached = job, true
+	e.reached = true
 	ctx, timing := api.WithTiming(r.Context())
 	res, err := s.opts.Backend.Execute(ctx, job)
 	timing.Add(api.TimingTotal, time.Since(e.began))
@@ -187,22 +215,19 @@ func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error)
 	return http.StatusInternalServerError, wire.OutcomeFailed
 }
 
-// record logs one line for the request and updates the metrics. The code is
-// never logged: it is the user's, and may hold anything.
-func (s *Server) record(e *execution) {
+// record adds what came of the execution to its audit line and updates the
+// metrics. The code is never logged, only its hash: it is the user's, and
+// may hold anything.
+func (s *Server) record(a *audit, e *execution) {
 	d := time.Since(e.began)
 	s.metrics.executions.WithLabelValues(e.outcome).Inc()
 	if e.reached {
 		s.metrics.duration.Observe(d.Seconds())
 	}
-	attrs := []slog.Attr{
-		slog.String("id", e.requestID),
-		slog.String("outcome", e.outcome),
-		slog.Int("status", e.status),
-		slog.Int64("duration_ms", d.Milliseconds()),
-	}
-	if e.reached {
+	attrs := []slog.Attr{slog.String("outcome", e.outcome)}
+	if e.decoded {
 		attrs = append(attrs,
+			slog.String("code_sha256", codeHash(e.job.Code)),
 			slog.Int("timeout_s", int(e.job.Timeout/time.Second)),
 			slog.Int("files", len(e.job.Files)),
 			slog.Int("outputs", len(e.job.Outputs)),
@@ -231,7 +256,7 @@ func (s *Server) record(e *execution) {
 			level = slog.LevelError
 		}
 	}
-	s.log.LogAttrs(context.Background(), level, "execution", attrs...)
+	a.add(level, attrs...)
 }
 
 // newRequestID names one request in the log, also for requests that never

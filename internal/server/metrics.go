@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 	"runtime"
 	"sync/atomic"
 
@@ -32,6 +33,8 @@ type metrics struct {
 	// refused counts requests answered before their body was read (see
 	// Server.refuse), by status code.
 	refused *prometheus.CounterVec
+	// decisions counts the front door's decisions on /v1/* requests.
+	decisions *prometheus.CounterVec
 	// inFlightCount mirrors inFlight for the shutdown log.
 	inFlightCount atomic.Int64
 }
@@ -65,6 +68,10 @@ func newMetrics(reg prometheus.Registerer, version string) (*metrics, error) {
 			Name: "sandbox_requests_refused_total",
 			Help: "Requests refused before their body was read (no such path, wrong method, a web page's, a compressed or too large body), by status code.",
 		}, []string{"code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_requests_total",
+			Help: "Requests to /v1/* by the front door's decision (admitted, unauthenticated, forbidden, throttled, unavailable) and the caller's namespace: set for callers the policy names, empty for the rest.",
+		}, []string{"path", "decision", "namespace"}),
 	}
 	// build_info is 1, its labels saying which build serves: a dashboard
 	// joins on it to tell the replicas of a rollout apart.
@@ -74,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, version string) (*metrics, error) {
 		ConstLabels: prometheus.Labels{"version": version, "go_version": runtime.Version()},
 	})
 	buildInfo.Set(1)
-	for _, c := range []prometheus.Collector{m.executions, m.duration, m.cpu, m.maxRSS, m.inFlight, m.refused, buildInfo} {
+	for _, c := range []prometheus.Collector{m.executions, m.duration, m.cpu, m.maxRSS, m.inFlight, m.refused, m.decisions, buildInfo} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
@@ -95,4 +102,22 @@ func (m *metrics) begin() {
 func (m *metrics) end() {
 	m.inFlight.Dec()
 	m.inFlightCount.Add(-1)
+}
+
+// decisionNames are the decisions by the status they answer with.
+var decisionNames = map[int]string{
+	http.StatusOK:                 "admitted",
+	http.StatusUnauthorized:       "unauthenticated",
+	http.StatusForbidden:          "forbidden",
+	http.StatusTooManyRequests:    "throttled",
+	http.StatusServiceUnavailable: "unavailable",
+}
+
+// decide counts a front door's decision on a request to path.
+func (m *metrics) decide(path string, status int, namespace string) {
+	d, ok := decisionNames[status]
+	if !ok {
+		d = "unavailable"
+	}
+	m.decisions.WithLabelValues(path, d, namespace).Inc()
 }

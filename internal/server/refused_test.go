@@ -71,7 +71,7 @@ func TestRefusedCountedAndLogged(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
-		if l["msg"] == "refused" {
+		if l["msg"] == "request" && l["outcome"] == nil {
 			refusedLines++
 			if l["path"] == nil || l["status"] == nil || l["error"] == nil {
 				t.Errorf("refused line without path, status or error: %s", line)

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/auth"
+	"github.com/sandboxd/sandbox/internal/policy"
 )
 
 // Timeouts of the HTTP server.
@@ -57,6 +59,12 @@ type Options struct {
 	// the path unserved (404), so a deployment opts in.
 	Caller     Caller
 	CallPolicy api.CallPolicy
+	// Auth names each caller of /v1/*; nil means auth.None, every caller
+	// anonymous.
+	Auth auth.Authenticator
+	// Gate admits callers under the caller policy; nil admits every caller
+	// Auth names (authentication off has no policy to apply).
+	Gate *policy.Gate
 	// Version is the binary's, for sandbox_build_info; "" means "dev".
 	Version string
 }
@@ -131,6 +139,9 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Auth == nil {
+		opts.Auth = auth.None{}
+	}
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
@@ -141,6 +152,11 @@ func New(opts Options) (*Server, error) {
 	if mr, ok := opts.Backend.(MetricsRegisterer); ok {
 		if err := mr.RegisterMetrics(opts.Registry); err != nil {
 			return nil, fmt.Errorf("server: register backend metrics: %w", err)
+		}
+	}
+	if opts.Gate != nil {
+		if err := opts.Gate.RegisterMetrics(opts.Registry); err != nil {
+			return nil, err
 		}
 	}
 	s := &Server{opts: opts, log: log, metrics: m}

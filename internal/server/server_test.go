@@ -107,7 +107,7 @@ func TestExecuteOK(t *testing.T) {
 		t.Errorf("backend got %+v", fb.jobs)
 	}
 	line := logs.onlyLine(t)
-	for k, want := range map[string]any{"msg": "execution", "outcome": "ok", "sandbox_id": "sb-1", "exit_code": 0.0, "stdout_bytes": 3.0, "stderr_bytes": 0.0, "status": 200.0} {
+	for k, want := range map[string]any{"msg": "request", "path": "/v1/execute", "outcome": "ok", "sandbox_id": "sb-1", "exit_code": 0.0, "stdout_bytes": 3.0, "stderr_bytes": 0.0, "status": 200.0} {
 		if line[k] != want {
 			t.Errorf("log %s = %v, want %v", k, line[k], want)
 		}
@@ -219,7 +219,7 @@ func TestErrors(t *testing.T) {
 				// Refused before the body was read: one line of its own.
 				var line map[string]any
 				if err := json.Unmarshal([]byte(logs.String()), &line); err != nil || strings.Count(logs.String(), "\n") != 1 ||
-					line["msg"] != "refused" || line["status"] != float64(tt.status) || line["path"] != tt.path {
+					line["msg"] != "request" || line["outcome"] != nil || line["status"] != float64(tt.status) || line["path"] != tt.path {
 					t.Errorf("log = %s, want one line of the refusal", logs)
 				}
 				return
@@ -360,9 +360,16 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// Reset forgets what was written.
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
 func (s *syncBuffer) Len() int { return len(s.String()) }
 
-// lines returns the JSON log lines whose msg is "execution".
+// executions returns the JSON log lines of requests to /v1/execute.
 func (s *syncBuffer) executions(t *testing.T) []map[string]any {
 	t.Helper()
 	var out []map[string]any
@@ -374,7 +381,7 @@ func (s *syncBuffer) executions(t *testing.T) []map[string]any {
 		} else if err != nil {
 			t.Fatalf("log is not JSON lines: %v\n%s", err, s)
 		}
-		if m["msg"] == "execution" {
+		if m["msg"] == "request" && m["path"] == "/v1/execute" {
 			out = append(out, m)
 		}
 	}
