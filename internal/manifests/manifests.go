@@ -248,9 +248,14 @@ func fill(obj runtime.Object, o Options) error {
 		fillSubjects(x.Subjects, o)
 		return nil
 	case *rbacv1.ClusterRoleBinding:
-		x.Name = o.Namespace + "-read-nodes"
+		// sandbox-read-nodes becomes <namespace>-read-nodes: one per
+		// installation.
+		x.Name = o.Namespace + strings.TrimPrefix(x.Name, "sandbox")
 		fillSubjects(x.Subjects, o)
 		return nil
+	case *corev1.ConfigMap:
+		x.Namespace = o.Namespace
+		return fillPolicy(x, o)
 	case *rbacv1.ClusterRole:
 		return nil
 	case *appsv1.Deployment:
@@ -385,4 +390,13 @@ func stripComments(doc []byte) []byte {
 		out.Write(line)
 	}
 	return out.Bytes()
+}
+
+// fillPolicy points the caller policy's grants to verify's ServiceAccounts
+// at o's namespace.
+func fillPolicy(cm *corev1.ConfigMap, o Options) error {
+	for k, v := range cm.Data {
+		cm.Data[k] = strings.ReplaceAll(v, "system:serviceaccount:"+DefaultNamespace+":", "system:serviceaccount:"+o.Namespace+":")
+	}
+	return nil
 }

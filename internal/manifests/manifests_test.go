@@ -54,12 +54,14 @@ func TestKinds(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{
-		"ClusterRole/sandbox-read-nodes", "ClusterRoleBinding/sandbox-read-nodes",
+		"ClusterRole/sandbox-read-nodes", "ClusterRole/sandbox-review-tokens",
+		"ClusterRoleBinding/sandbox-read-nodes", "ClusterRoleBinding/sandbox-review-tokens", "ConfigMap/sandbox-policy",
 		"Deployment/sandbox", "Namespace/sandbox",
 		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-runner-dns", "NetworkPolicy/sandbox-serve",
 		"NetworkPolicy/sandbox-tool", "NetworkPolicy/sandbox-tool-internet",
 		"PodDisruptionBudget/sandbox", "Role/sandbox", "Role/sandbox-apiserver-endpoints",
 		"RoleBinding/sandbox", "RoleBinding/sandbox-apiserver-endpoints", "Service/sandbox", "ServiceAccount/sandbox",
+		"ServiceAccount/sandbox-verify", "ServiceAccount/sandbox-verify-limited",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("kinds\n got %v\nwant %v", got, want)
@@ -139,6 +141,7 @@ func TestOptionsApply(t *testing.T) {
 	// The API server's endpoints are read in default, the nodes cluster-wide;
 	// each grant is named for the installation.
 	elsewhere := map[string]string{"ClusterRole/sandbox-read-nodes": "", "ClusterRoleBinding/sb-read-nodes": "",
+		"ClusterRole/sandbox-review-tokens": "", "ClusterRoleBinding/sb-review-tokens": "",
 		"Role/sb-apiserver-endpoints": "default", "RoleBinding/sb-apiserver-endpoints": "default"}
 	for k, obj := range m {
 		want, ok := elsewhere[k]
@@ -155,7 +158,11 @@ func TestOptionsApply(t *testing.T) {
 	if len(elsewhere) > 0 {
 		t.Errorf("missing %v", elsewhere)
 	}
-	for _, k := range []string{"ClusterRoleBinding/sb-read-nodes", "RoleBinding/sb-apiserver-endpoints"} {
+	if p := m["ConfigMap/sandbox-policy"].(*corev1.ConfigMap).Data["policy.yaml"]; !strings.Contains(p, "system:serviceaccount:sb:sandbox-verify") ||
+		strings.Contains(p, "system:serviceaccount:sandbox:") {
+		t.Errorf("the policy's grants to verify's callers are not in sb:\n%s", p)
+	}
+	for _, k := range []string{"ClusterRoleBinding/sb-read-nodes", "ClusterRoleBinding/sb-review-tokens", "RoleBinding/sb-apiserver-endpoints"} {
 		if b, ok := m[k].(interface{ GetName() string }); ok {
 			var subs []rbacv1.Subject
 			switch x := b.(type) {
@@ -244,9 +251,11 @@ func TestRoleIsLeastPrivilege(t *testing.T) {
 		want []rule
 	}{
 		{"Role/sandbox", []rule{{"", "pods", "", "create,delete,get,list,patch,watch"},
-			{"networking.k8s.io", "networkpolicies", "sandbox-tool-internet", "get,list,update,watch"}}},
+			{"networking.k8s.io", "networkpolicies", "sandbox-tool-internet", "get,list,update,watch"},
+			{"", "configmaps", "sandbox-policy", "get,list,watch"}}},
 		{"Role/sandbox-apiserver-endpoints", []rule{{"discovery.k8s.io", "endpointslices", "", "get,list,watch"}}},
 		{"ClusterRole/sandbox-read-nodes", []rule{{"", "nodes", "", "get,list,watch"}}},
+		{"ClusterRole/sandbox-review-tokens", []rule{{"authentication.k8s.io", "tokenreviews", "", "create"}}},
 	} {
 		var got []rule
 		switch x := m[tc.key].(type) {
@@ -265,7 +274,7 @@ func TestRoleIsLeastPrivilege(t *testing.T) {
 		t.Fatalf("binding %+v", rb)
 	}
 	for k := range m {
-		if strings.HasPrefix(k, "ClusterRole") && !strings.HasSuffix(k, "/sandbox-read-nodes") {
+		if strings.HasPrefix(k, "ClusterRole") && !strings.HasSuffix(k, "/sandbox-read-nodes") && !strings.HasSuffix(k, "/sandbox-review-tokens") {
 			t.Errorf("cluster-wide RBAC: %s", k)
 		}
 	}

@@ -25,6 +25,9 @@ const (
 	Key       = "policy.yaml"
 	// Defaults of a caller entry that leaves a bound out.
 	DefaultMaxInFlight       = 3
+	// AllToolImages, as a caller's tool image, grants every image serve's
+	// --tool-images allows.
+	AllToolImages = "*"
 	DefaultRequestsPerMinute = 120
 )
 
@@ -36,7 +39,7 @@ type Caller struct {
 	// Snippets lets the subject run code (POST /v1/execute).
 	Snippets bool `json:"snippets"`
 	// ToolImages are the images it may call (POST /v1/call), in the syntax
-	// of serve's --tool-images and within it.
+	// of serve's --tool-images and within it; AllToolImages for all of it.
 	ToolImages []string `json:"toolImages"`
 	// MaxInFlight bounds its requests being served at once, and
 	// RequestsPerMinute their rate, in bursts of up to six seconds' worth
@@ -96,10 +99,13 @@ func (c *Caller) check(deployed api.CallPolicy) error {
 	case c.MaxTimeoutS < 0 || c.MaxTimeoutS > api.MaxTimeoutS:
 		return fmt.Errorf("maxTimeoutS must be between 1 and %d", api.MaxTimeoutS)
 	}
-	if err := api.ValidateImagePatterns(c.ToolImages); err != nil {
-		return err
-	}
 	for _, img := range c.ToolImages {
+		if img == AllToolImages {
+			continue
+		}
+		if err := api.ValidateImagePatterns([]string{img}); err != nil {
+			return err
+		}
 		if !within(img, deployed) {
 			return fmt.Errorf("tool image %q is not within the deployment's allow list (%s)", img, deployed.ImagesSetting)
 		}
@@ -163,7 +169,8 @@ func (c Caller) Allows(id auth.Identity, k Kind, image string, timeout time.Dura
 		return api.Errorf(http.StatusForbidden, "%s may not run snippets here", who)
 	case k == ToolCall && len(c.ToolImages) == 0:
 		return api.Errorf(http.StatusForbidden, "%s may not call tools here", who)
-	case k == ToolCall && image != "" && !(api.CallPolicy{Images: c.ToolImages}).ImageAllowed(image):
+	case k == ToolCall && image != "" && !slices.Contains(c.ToolImages, AllToolImages) &&
+		!(api.CallPolicy{Images: c.ToolImages}).ImageAllowed(image):
 		return api.Errorf(http.StatusForbidden, "%s may not call the tool image %q", who, image)
 	case timeout > time.Duration(c.MaxTimeoutS)*time.Second:
 		return api.Errorf(http.StatusForbidden, "%s may ask for timeout_s of %d at most", who, c.MaxTimeoutS)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/auth"
+	"github.com/sandboxd/sandbox/internal/manifests"
 )
 
 var deployed = api.CallPolicy{Images: []string{"reg.example/agents/", "reg.example/tools/weather:1"}, ImagesSetting: "--tool-images"}
@@ -216,4 +217,38 @@ func TestWatchFollowsTheConfigMap(t *testing.T) {
 		_, _, err := g.Admit(lab, Snippet)
 		return status(err) == http.StatusServiceUnavailable && strings.Contains(err.Error(), "gone")
 	})
+}
+
+// TestShippedPolicy: the manifests' policy parses, grants the namespace
+// agents snippets and no tool, and verify's callers what its checks need.
+func TestShippedPolicy(t *testing.T) {
+	objs, err := manifests.Objects(manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data string
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == ConfigMap {
+			data = cm.Data[Key]
+		}
+	}
+	p, err := Parse([]byte(data), deployed)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	agent, ok := p.For(bot)
+	if !ok || !agent.Snippets || len(agent.ToolImages) != 0 {
+		t.Errorf("agents: %+v %v, want snippets and no tool", agent, ok)
+	}
+	v, ok := p.For(auth.Identity{User: "system:serviceaccount:sandbox:sandbox-verify"})
+	if !ok || v.Allows(auth.Identity{}, ToolCall, "reg.example/agents/any:1", time.Minute) != nil {
+		t.Errorf("verify: %+v %v, want every tool image", v, ok)
+	}
+	l, ok := p.For(auth.Identity{User: "system:serviceaccount:sandbox:sandbox-verify-limited"})
+	if !ok || l.MaxInFlight != 1 || l.Allows(auth.Identity{}, ToolCall, "", 0) == nil {
+		t.Errorf("verify-limited: %+v %v, want one in flight and no tool", l, ok)
+	}
+	if _, ok := p.For(auth.Identity{User: "system:serviceaccount:sandbox:default", Groups: []string{"system:serviceaccounts:sandbox"}}); ok {
+		t.Error("the sandbox namespace's default ServiceAccount is granted")
+	}
 }
