@@ -25,8 +25,9 @@ const maxResponse = 64 << 20
 
 // Client calls one sandbox service. It is safe for concurrent use.
 type Client struct {
-	base *url.URL
-	hc   *http.Client
+	base  *url.URL
+	hc    *http.Client
+	token TokenSource
 }
 
 // Option configures a Client.
@@ -47,7 +48,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("sandbox url %q: want http://host[:port] or https://host[:port]", baseURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	c := &Client{base: u, hc: &http.Client{}}
+	c := &Client{base: u, hc: &http.Client{}, token: DefaultTokenSource()}
 	for _, o := range opts {
 		o(c)
 	}
@@ -76,7 +77,8 @@ func (e *Error) Temporary() bool {
 
 // Execute runs one snippet and returns its result. A snippet that fails is
 // still a result (see Result.ExitCode, TimedOut); the error is for requests
-// that did not run: an *Error for a non-2xx answer, or a transport error.
+// that did not run: an *Error for a non-2xx answer, a token that could not
+// be had, or a transport error.
 func (c *Client) Execute(ctx context.Context, req wire.ExecuteRequest) (wire.Result, error) {
 	body, err := wire.Marshal(req)
 	if err != nil {
@@ -99,6 +101,17 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	// Only the API asks who is calling; the operators' endpoints
+	// (/readyz) get no token, which they do not need.
+	if c.token != nil && strings.HasPrefix(path, "/v1/") {
+		tok, err := c.token(ctx)
+		if err != nil {
+			return fmt.Errorf("%s %s: not sent: bearer token: %w", method, u, err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
