@@ -1,12 +1,15 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandbox/wire"
 )
@@ -93,6 +96,49 @@ func TestDefaultTokenSource(t *testing.T) {
 			}
 			if err != nil || len(*got) != 1 || (*got)[0] != tt.header {
 				t.Errorf("err = %v, Authorization = %q, want %q", err, *got, tt.header)
+			}
+		})
+	}
+}
+
+func TestAuthAndQuotaErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		body       string
+		retryAfter string
+		auth       bool
+		quota      bool
+		temporary  bool
+	}{
+		{"no token", 401, `{"error":"no bearer token"}`, "", true, false, false},
+		{"not granted", 403, `{"error":"system:serviceaccount:a:b may not run snippets"}`, "", true, false, false},
+		{"over quota", 429, `{"error":"over 4 requests in flight"}`, "7", false, true, true},
+		{"bad request", 400, `{"error":"missing code"}`, "", false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{"X-Request-Id": {"req-9"}}
+			if tt.retryAfter != "" {
+				h.Set("Retry-After", tt.retryAfter)
+			}
+			srv, got := authServer(t, tt.status, tt.body, h)
+			c, _ := New(srv.URL, WithTokenSource(func(context.Context) (string, error) { return "t", nil }))
+			_, err := c.Call(t.Context(), wire.CallRequest{Image: "i", Function: "m:f"})
+			var ae *AuthError
+			var qe *QuotaError
+			var e *Error
+			if errors.As(err, &ae) != tt.auth || errors.As(err, &qe) != tt.quota || !errors.As(err, &e) {
+				t.Fatalf("err = %T %v: want auth %v, quota %v, and an *Error", err, err, tt.auth, tt.quota)
+			}
+			if e.StatusCode != tt.status || e.RequestID != "req-9" || !strings.Contains(tt.body, e.Message) || IsTemporary(err) != tt.temporary {
+				t.Errorf("error = %+v, temporary %v", e, IsTemporary(err))
+			}
+			if tt.quota && qe.RetryAfter != 7*time.Second {
+				t.Errorf("RetryAfter = %s", qe.RetryAfter)
+			}
+			if len(*got) != 1 {
+				t.Errorf("%d requests, want 1: the client does not retry", len(*got))
 			}
 		})
 	}
