@@ -7,6 +7,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/exec"
 	"github.com/sandboxd/sandbox/internal/kube"
@@ -30,6 +31,7 @@ const defaultListen = "127.0.0.1:8080"
 func vars() kong.Vars {
 	return kong.Vars{
 		"listen":              defaultListen,
+		"token_file":          client.DefaultTokenFile,
 		"max_body":            strconv.Itoa(api.DefaultMaxBody),
 		"shutdown_timeout":    seconds(server.DefaultShutdownTimeout),
 		"queue_wait":          seconds(local.DefaultQueueWait),
