@@ -25,8 +25,9 @@ const maxResponse = 64 << 20
 
 // Client calls one sandbox service. It is safe for concurrent use.
 type Client struct {
-	base *url.URL
-	hc   *http.Client
+	base  *url.URL
+	hc    *http.Client
+	token TokenSource
 }
 
 // Option configures a Client.
@@ -47,14 +48,16 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("sandbox url %q: want http://host[:port] or https://host[:port]", baseURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	c := &Client{base: u, hc: &http.Client{}}
+	c := &Client{base: u, hc: &http.Client{}, token: DefaultTokenSource()}
 	for _, o := range opts {
 		o(c)
 	}
 	return c, nil
 }
 
-// Error is a non-2xx answer from the service.
+// Error is a non-2xx answer from the service. A 401 or 403 comes as an
+// *AuthError and a 429 as a *QuotaError, each of which errors.As also finds
+// as an *Error.
 type Error struct {
 	// StatusCode is the HTTP status, e.g. 400 or 503.
 	StatusCode int
@@ -63,6 +66,9 @@ type Error struct {
 	Message string
 	// RetryAfter is the Retry-After header, when the service sent one.
 	RetryAfter time.Duration
+	// RequestID is the X-Request-Id header: serve's name for the request
+	// in its log.
+	RequestID string
 }
 
 func (e *Error) Error() string {
@@ -76,7 +82,8 @@ func (e *Error) Temporary() bool {
 
 // Execute runs one snippet and returns its result. A snippet that fails is
 // still a result (see Result.ExitCode, TimedOut); the error is for requests
-// that did not run: an *Error for a non-2xx answer, or a transport error.
+// that did not run: an *AuthError, a *QuotaError or an *Error for a non-2xx
+// answer, a token that could not be had, or a transport error.
 func (c *Client) Execute(ctx context.Context, req wire.ExecuteRequest) (wire.Result, error) {
 	body, err := wire.Marshal(req)
 	if err != nil {
@@ -99,6 +106,17 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	// Only the API asks who is calling; the operators' endpoints
+	// (/readyz) get no token, which they do not need.
+	if c.token != nil && strings.HasPrefix(path, "/v1/") {
+		tok, err := c.token(ctx)
+		if err != nil {
+			return fmt.Errorf("%s %s: not sent: bearer token: %w", method, u, err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -128,9 +146,10 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	return nil
 }
 
-// responseError builds the *Error for a non-2xx answer.
+// responseError builds the error of a non-2xx answer: an *AuthError, a
+// *QuotaError, or else an *Error.
 func responseError(resp *http.Response, data []byte) error {
-	e := &Error{StatusCode: resp.StatusCode}
+	e := &Error{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
 	var eb wire.ErrorBody
 	if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
 		e.Message = eb.Error
@@ -149,8 +168,33 @@ func responseError(resp *http.Response, data []byte) error {
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
+	switch e.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return (*AuthError)(e)
+	case http.StatusTooManyRequests:
+		return (*QuotaError)(e)
+	}
 	return e
 }
+
+// AuthError is a 401 or a 403 answer. 401: the service did not take the
+// caller's token (none, malformed, expired, or for another audience; the
+// Message says which). 403: it does not let this caller do what it asked
+// (the Message names the identity it saw). The same request fails the same
+// way until the token or the service's policy changes. It has the fields of
+// an *Error and unwraps to one.
+type AuthError Error
+
+func (e *AuthError) Error() string { return (*Error)(e).Error() }
+func (e *AuthError) Unwrap() error { return (*Error)(e) }
+
+// QuotaError is a 429 answer: the caller has too many requests in flight or
+// sends them too fast. Nothing ran; RetryAfter says when to try again. It
+// has the fields of an *Error and unwraps to one.
+type QuotaError Error
+
+func (e *QuotaError) Error() string { return (*Error)(e).Error() }
+func (e *QuotaError) Unwrap() error { return (*Error)(e) }
 
 // IsTemporary reports whether err is an *Error worth retrying later.
 func IsTemporary(err error) bool {

@@ -18,7 +18,7 @@ func TestExecute(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		gotBody, gotPath, gotCT = string(b), r.URL.Path, r.Header.Get("Content-Type")
-		w.Write([]byte(`{"sandbox_id":"sb-1","stdout":"2\n","stderr":"","exit_code":0,"duration_ms":5}`))
+		w.Write([]byte(`{"sandbox_id":"sb-1","request_id":"req-1","stdout":"2\n","stderr":"","exit_code":0,"duration_ms":5}`))
 	}))
 	defer srv.Close()
 	c, err := New(srv.URL + "/") // a trailing slash is fine
@@ -30,7 +30,7 @@ func TestExecute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.SandboxID != "sb-1" || res.Stdout != "2\n" {
+	if res.SandboxID != "sb-1" || res.RequestID != "req-1" || res.Stdout != "2\n" {
 		t.Errorf("result = %+v", res)
 	}
 	if gotPath != "/v1/execute" || gotCT != "application/json" || gotBody != `{"code":"print(1+1)","timeout_s":3}`+"\n" {

@@ -45,7 +45,9 @@ type CallError struct {
 // value. The process's fields follow the call's own, as an execution's
 // follow its sandbox id.
 type CallResult struct {
-	SandboxID string          `json:"sandbox_id"`
+	SandboxID string `json:"sandbox_id"`
+	// RequestID is as in Result.
+	RequestID string          `json:"request_id,omitempty"`
 	Result    json.RawMessage `json:"result"`
 	Error     *CallError      `json:"error,omitempty"`
 	Process

@@ -25,6 +25,10 @@ type Process struct {
 // produced.
 type Result struct {
 	SandboxID string `json:"sandbox_id"`
+	// RequestID is serve's name for the request, as in its X-Request-Id
+	// header and its log line, so that a caller's log can be joined to
+	// serve's. Serve sets it; a runner's result has none.
+	RequestID string `json:"request_id,omitempty"`
 	Process
 	// Files are the working directory's files that matched the request's
 	// outputs, in a stable order; absent when none did or none were asked

@@ -7,6 +7,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/auth"
 	"github.com/sandboxd/sandbox/internal/exec"
@@ -35,6 +36,7 @@ func vars() kong.Vars {
 		"listen":              defaultListen,
 		"auth_audience":       auth.DefaultAudience,
 		"policy_configmap":    policy.ConfigMap,
+		"token_file":          client.DefaultTokenFile,
 		"max_body":            strconv.Itoa(api.DefaultMaxBody),
 		"shutdown_timeout":    seconds(server.DefaultShutdownTimeout),
 		"queue_wait":          seconds(local.DefaultQueueWait),

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +29,7 @@ const (
 // ExecCmd sends one snippet to a sandbox service and prints its output.
 type ExecCmd struct {
 	URL       string        `env:"SANDBOX_URL" default:"http://${listen}" help:"Base URL of the sandbox service."`
+	TokenFile string        `name:"token-file" env:"SANDBOX_TOKEN_FILE" placeholder:"PATH" help:"File of the bearer token to send, read for each request (default: ${token_file}, when it exists)."`
 	Code      string        `short:"c" help:"Python code to run."`
 	Source    string        `arg:"" optional:"" name:"file" help:"File holding the code to run; - reads standard input."`
 	Timeout   time.Duration `help:"Time limit of the snippet (whole seconds, at most ${max_timeout}; default ${timeout}), or of the --call (at most ${max_call_timeout}; default ${call_timeout})."`
@@ -72,7 +75,7 @@ func (c *ExecCmd) Run(d *Deps) error {
 	if err != nil {
 		return err
 	}
-	cl, err := client.New(c.URL)
+	cl, err := c.client()
 	if err != nil {
 		return err
 	}
@@ -104,6 +107,14 @@ func (c *ExecCmd) Run(d *Deps) error {
 		return &ExitError{Code: 1}
 	}
 	return &ExitError{Code: res.ExitCode}
+}
+
+// client is the client of --url, with the token of --token-file.
+func (c *ExecCmd) client() (*client.Client, error) {
+	if c.TokenFile == "" {
+		return client.New(c.URL)
+	}
+	return client.New(c.URL, client.WithTokenSource(client.TokenFile(c.TokenFile)))
 }
 
 // request builds the body from the flags; stdin backs "-".
@@ -179,17 +190,32 @@ func (c *ExecCmd) saveOutputs(stderr io.Writer, res wire.Result) error {
 	return err
 }
 
-// describe says what went wrong in words a CLI user can act on.
+// describe says what went wrong, in one line a CLI user can act on.
 func describe(err error, url string) string {
 	var ce *client.Error
-	if errors.As(err, &ce) {
-		msg := fmt.Sprintf("the service refused the request (%d): %s", ce.StatusCode, ce.Message)
-		if ce.RetryAfter > 0 {
-			msg += fmt.Sprintf(" (retry after %s)", ce.RetryAfter)
+	if !errors.As(err, &ce) {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			return fmt.Sprintf("cannot reach the sandbox service at %s (set --url or SANDBOX_URL): %v", url, err)
 		}
-		return msg
+		return err.Error() // no token to send, or a broken answer: it says which
 	}
-	return fmt.Sprintf("cannot reach the sandbox service at %s (set --url or SANDBOX_URL): %v", url, err)
+	var msg string
+	switch ce.StatusCode {
+	case http.StatusUnauthorized:
+		msg = fmt.Sprintf("the service did not accept the token (401): %s (set --token-file or SANDBOX_TOKEN_FILE)", ce.Message)
+	case http.StatusForbidden:
+		msg = fmt.Sprintf("the service does not let this caller do that (403): %s", ce.Message)
+	default:
+		msg = fmt.Sprintf("the service refused the request (%d): %s", ce.StatusCode, ce.Message)
+	}
+	if ce.RetryAfter > 0 {
+		msg += fmt.Sprintf(" (retry after %s)", ce.RetryAfter)
+	}
+	if ce.RequestID != "" {
+		msg += fmt.Sprintf(" [request %s]", ce.RequestID)
+	}
+	return msg
 }
 
 // printJSON writes an answer as one line of JSON, for --json.

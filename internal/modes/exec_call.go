@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/wire"
 )
 
@@ -76,7 +75,7 @@ func (c *ExecCmd) runCall(d *Deps) error {
 	if err != nil {
 		return err
 	}
-	cl, err := client.New(c.URL)
+	cl, err := c.client()
 	if err != nil {
 		return err
 	}

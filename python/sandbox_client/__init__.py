@@ -15,13 +15,16 @@ Both fail closed: when the sandbox cannot be used they raise
 ``SandboxUnavailable`` and never run the code in this process.
 
 The service's address comes from ``SANDBOX_URL``; the agent's image from
-``AGENT_IMAGE``.
+``AGENT_IMAGE``; the bearer token that says who is calling from the file
+``SANDBOX_TOKEN_FILE`` names (see Client).
 """
 
 from .client import Client
 from .errors import (
     RemoteToolError,
+    SandboxAuthError,
     SandboxError,
+    SandboxQuotaExceeded,
     SandboxRequestError,
     SandboxUnavailable,
     ToolCallFailed,
@@ -52,7 +55,9 @@ __all__ = [
     "RemoteError",
     "RemoteToolError",
     "Result",
+    "SandboxAuthError",
     "SandboxError",
+    "SandboxQuotaExceeded",
     "SandboxRequestError",
     "SandboxUnavailable",
     "ToolCallFailed",

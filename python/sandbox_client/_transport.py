@@ -30,15 +30,24 @@ _USER_AGENT = "sandbox-client-python"
 
 @dataclass(frozen=True)
 class Answer:
-    """An HTTP answer: its status, Retry-After header and body."""
+    """An HTTP answer: its status, Retry-After and X-Request-Id headers and body."""
 
     status: int
     retry_after: Optional[str]
+    request_id: Optional[str]
     body: bytes
 
 
-def post(base: SplitResult, path: str, body: bytes, timeout: float, max_body: Optional[int] = None) -> Answer:
-    """POST body as JSON to base + path and return the answer.
+def post(
+    base: SplitResult,
+    path: str,
+    body: bytes,
+    timeout: float,
+    max_body: Optional[int] = None,
+    token: Optional[str] = None,
+) -> Answer:
+    """POST body as JSON to base + path, with token as its bearer token when
+    there is one, and return the answer.
 
     Every failure to get a whole answer within timeout seconds is raised as
     SandboxUnavailable naming the URL and what happened, except that a body
@@ -75,18 +84,16 @@ def post(base: SplitResult, path: str, body: bytes, timeout: float, max_body: Op
             sock_holder.append(conn.sock)
         if expired.is_set():
             raise socket.timeout()
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": _USER_AGENT,
+            "Connection": "close",
+        }
+        if token is not None:
+            headers["Authorization"] = "Bearer " + token
         try:
-            conn.request(
-                "POST",
-                base.path.rstrip("/") + path,
-                body=body,
-                headers={
-                    "Content-Type": "application/json",
-                    "Accept": "application/json",
-                    "User-Agent": _USER_AGENT,
-                    "Connection": "close",
-                },
-            )
+            conn.request("POST", base.path.rstrip("/") + path, body=body, headers=headers)
             resp = conn.getresponse()
         except (ConnectionResetError, BrokenPipeError) as e:
             # The service answers 413 to a body over its limit and closes
@@ -114,7 +121,7 @@ def post(base: SplitResult, path: str, body: bytes, timeout: float, max_body: Op
             raise socket.timeout()
         if len(data) > MAX_ANSWER:
             raise SandboxUnavailable(f"POST {url}: answer over the {MAX_ANSWER}-byte limit", resp.status)
-        return Answer(resp.status, resp.getheader("Retry-After"), data)
+        return Answer(resp.status, resp.getheader("Retry-After"), resp.getheader("X-Request-Id"), data)
     except (SandboxUnavailable, SandboxRequestError):
         raise
     except Exception as e:  # every other way the exchange can break: classified below

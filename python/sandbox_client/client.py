@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from . import _transport
-from .errors import SandboxRequestError, SandboxUnavailable
+from ._token import TokenFile
+from .errors import SandboxAuthError, SandboxQuotaExceeded, SandboxRequestError, SandboxUnavailable
 from .jsoncheck import check_json
 from .results import CallResult, MalformedAnswer, Result
 
@@ -67,6 +68,13 @@ class Client:
             0 never retries.
         overhead_s: how long an answer may take beyond the run's timeout_s.
             Default: EXECUTE_OVERHEAD_S or CALL_OVERHEAD_S by endpoint.
+        token_file: the file of the bearer token sent with every request
+            (the agent's projected ServiceAccount token), read again for
+            each. Default: the ``SANDBOX_TOKEN_FILE`` environment variable,
+            else ``/var/run/secrets/sandbox/token`` when that file exists
+            (else no token is sent). A file named here or in
+            ``SANDBOX_TOKEN_FILE`` that cannot be read, or holds no token,
+            makes each request raise SandboxUnavailable before it is sent.
 
     Raises:
         SandboxUnavailable: no URL, or one that is not http(s)://host[:port].
@@ -79,6 +87,7 @@ class Client:
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
         overhead_s: Optional[float] = None,
         max_body: int = MAX_BODY,
+        token_file: Optional[str] = None,
     ) -> None:
         if url is None:
             url = os.environ.get("SANDBOX_URL", "")
@@ -98,6 +107,7 @@ class Client:
         self.retry_budget_s = retry_budget_s
         self.overhead_s = overhead_s
         self.max_body = max_body
+        self._token = TokenFile.resolve(token_file)
 
     def execute(
         self,
@@ -113,7 +123,9 @@ class Client:
 
         Raises:
             TypeError: an argument of the wrong type (nothing is sent).
+            SandboxAuthError: the service refused this caller (401, 403).
             SandboxRequestError: the service refused the request (4xx).
+            SandboxQuotaExceeded: this caller is over its quota (429).
             SandboxUnavailable: no sandbox could be used.
         """
         if not isinstance(code, str):
@@ -150,7 +162,9 @@ class Client:
 
         Raises:
             TypeError: args, kwargs or env are not JSON (nothing is sent).
+            SandboxAuthError: the service refused this caller (401, 403).
             SandboxRequestError: the service refused the request (4xx).
+            SandboxQuotaExceeded: this caller is over its quota (429).
             SandboxUnavailable: no sandbox could be used.
         """
         arg_list: List[Any] = list(args)
@@ -190,13 +204,15 @@ class Client:
         attempts = 0
         while True:
             attempts += 1
-            ans = _transport.post(self._base, path, body, timeout, max_body=self.max_body)
+            token = self._token.read()
+            ans = _transport.post(self._base, path, body, timeout, max_body=self.max_body, token=token)
+            rid = ans.request_id
             if ans.status == 200:
                 try:
                     return json.loads(ans.body)
                 except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
                     raise SandboxUnavailable(
-                        f"POST {url}: malformed answer: not JSON ({e}): {_snippet(ans.body)}", 200
+                        f"POST {url}: malformed answer: not JSON ({e}): {_snippet(ans.body)}", 200, rid
                     ) from None
             message = _service_message(ans.body)
             if ans.status == 503:
@@ -216,9 +232,14 @@ class Client:
                         f"POST {url}: HTTP 503: {message or _snippet(ans.body)}; gave up after "
                         f"{attempts} attempt(s) in {elapsed:.1f}s (retry budget {self.retry_budget_s:g}s)",
                         503,
+                        rid,
                     )
+            if ans.status in (401, 403) and message is not None:
+                raise SandboxAuthError(ans.status, message, rid)
+            if ans.status == 429 and message is not None:
+                raise SandboxQuotaExceeded(f"POST {url}: HTTP 429: {message}", _retry_after(ans.retry_after), rid)
             if 400 <= ans.status < 500 and message is not None:
-                raise SandboxRequestError(ans.status, message)
+                raise SandboxRequestError(ans.status, message, rid)
             if 400 <= ans.status < 500:
                 # A 4xx that is not the service's {"error": ...} comes from
                 # something else at that address (a proxy, another program):
@@ -226,8 +247,9 @@ class Client:
                 raise SandboxUnavailable(
                     f"POST {url}: HTTP {ans.status} that is not the sandbox service's answer: {_snippet(ans.body)}",
                     ans.status,
+                    rid,
                 )
-            raise SandboxUnavailable(f"POST {url}: HTTP {ans.status}: {message or _snippet(ans.body)}", ans.status)
+            raise SandboxUnavailable(f"POST {url}: HTTP {ans.status}: {message or _snippet(ans.body)}", ans.status, rid)
 
 
 def encode_files(files: FilesArg) -> List[Dict[str, str]]:

@@ -140,6 +140,8 @@ class Result:
             content (see OutputFile.omitted).
         usage: CPU and memory the run used; None from a service too old to
             say.
+        request_id: the service's name for the request in its log (also its
+            ``X-Request-Id``); None from a service that does not say.
     """
 
     sandbox_id: str
@@ -154,6 +156,7 @@ class Result:
     files: Tuple[OutputFile, ...] = ()
     files_incomplete: bool = False
     usage: Optional[Usage] = None
+    request_id: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -174,6 +177,7 @@ class Result:
             fields["files_incomplete"] = _field(o, "files_incomplete", bool)
         if o.get("usage") is not None:
             fields["usage"] = Usage.from_json(o["usage"])
+        _request_id(o, fields)
         return cls(**fields)
 
 
@@ -216,6 +220,7 @@ class CallResult:
         error: set when the function raised.
         stdout_truncated, stderr_truncated: as for Result; False when the
             service does not say.
+        request_id: as for Result.
     """
 
     sandbox_id: str
@@ -229,6 +234,7 @@ class CallResult:
     error: Optional[RemoteError] = None
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    request_id: Optional[str] = None
 
     def value(self) -> Any:
         """Return the function's value.
@@ -273,6 +279,7 @@ class CallResult:
             # value is not the same as a function returning None.
             raise MalformedAnswer('field "result" is missing from a call that finished')
         fields["result"] = o.get("result")
+        _request_id(o, fields)
         return cls(**fields)
 
 
@@ -285,6 +292,11 @@ _CALL_FIELDS: Dict[str, Type[Any]] = {
     "timed_out": bool,
     "oom_killed": bool,
 }
+
+
+def _request_id(o: Mapping[str, Any], fields: Dict[str, Any]) -> None:
+    if o.get("request_id") is not None:
+        fields["request_id"] = _field(o, "request_id", str)
 
 
 def _object(obj: Any, where: str = "the answer") -> Mapping[str, Any]:

@@ -6,7 +6,7 @@ import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import Client, FilesArg
-from .errors import SandboxRequestError
+from .errors import SandboxAuthError, SandboxRequestError
 from .outputs import save_files
 from .results import Result
 
@@ -41,12 +41,16 @@ def run_python(
     ``timed_out``, ``oom_killed``).
 
     Raises:
-        SandboxUnavailable: no sandbox could be used (no SANDBOX_URL, refused,
-            timed out, 5xx, a malformed answer, 503 past the retry budget).
-            The code did not run in this process, and never does.
+        SandboxUnavailable: no sandbox could be used (no SANDBOX_URL, an
+            unreadable token file, refused, timed out, 5xx, a malformed
+            answer, 503 past the retry budget); SandboxQuotaExceeded, one of
+            them, when this caller is over its quota (429). The code did not
+            run in this process, and never does.
         SandboxRequestError: the service refused the request (4xx), e.g. a
             file path or an output pattern outside the working directory, or
-            a body over 1 MiB (413, refused before it is sent).
+            a body over 1 MiB (413, refused before it is sent);
+            SandboxAuthError, one of them, when it refused this caller
+            (401, 403).
         TypeError: an argument of the wrong type; nothing was sent.
     """
     c = client if client is not None else Client()
@@ -208,8 +212,10 @@ def handle_run_python(
 
     Mistakes in the call (bad arguments, or a request the service refuses
     with a 4xx) come back as text starting with ``error:``, so the model can
-    correct itself. SandboxUnavailable is raised, not returned: the agent
-    must stop or report it, not let the model work around a missing sandbox.
+    correct itself. SandboxUnavailable (and SandboxQuotaExceeded, a kind of
+    it) and SandboxAuthError are raised, not returned: the agent must stop
+    or report them, not let the model work around a missing sandbox or an
+    identity it cannot change.
     """
     try:
         args = _parse_arguments(arguments)
@@ -221,6 +227,8 @@ def handle_run_python(
         result = c.execute(code, files=files, timeout_s=timeout_s, outputs=outputs)
     except (ValueError, TypeError) as e:
         return f"error: the run_python call was not valid, nothing ran: {e}"
+    except SandboxAuthError:
+        raise
     except SandboxRequestError as e:
         return f"error: the sandbox refused the call, nothing ran: {e.message}"
     if save_dir is not None and result.files:

@@ -98,9 +98,12 @@ def sandboxed(
         RemoteToolError: the function raised in the sandbox (type, message,
             remote traceback).
         ToolCallFailed: it timed out, ran out of memory, or crashed.
-        SandboxRequestError: the service refused the call (4xx).
+        SandboxRequestError: the service refused the call (4xx);
+            SandboxAuthError when it refused this caller (401, 403).
         SandboxUnavailable: no sandbox could be used (no SANDBOX_URL, no
-            image, refused, timed out, 5xx, malformed answer, ...).
+            image, an unreadable token file, refused, timed out, 5xx,
+            malformed answer, ...); SandboxQuotaExceeded when this caller
+            is over its quota (429).
 
     The wrapper keeps the function as ``__wrapped__`` and its reference as
     ``sandbox_function``: the pod must call ``__wrapped__``, since calling

@@ -106,15 +106,18 @@ class SandboxServe:
 
 class Stub:
     """An HTTP server that answers every POST with reply(path, body, n),
-    n counting the requests from 1, and records what it was sent."""
+    n counting the requests from 1, and records what it was sent: each
+    request's path and body, and its Authorization header (None without)."""
 
     def __init__(self, reply: Callable[[str, bytes, int], Reply]) -> None:
         self.requests: List[Tuple[str, bytes]] = []
+        self.authorization: List[Optional[str]] = []
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                stub.authorization.append(self.headers.get("Authorization"))
                 stub.requests.append((self.path, body))
                 status, headers, data = reply(self.path, body, len(stub.requests))
                 self.send_response(status)
