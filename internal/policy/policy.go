@@ -24,11 +24,11 @@ const (
 	ConfigMap = "sandbox-policy"
 	Key       = "policy.yaml"
 	// Defaults of a caller entry that leaves a bound out.
-	DefaultMaxInFlight       = 3
+	DefaultMaxInFlight = 3
+	DefaultRequestsPerMinute = 120
 	// AllToolImages, as a caller's tool image, grants every image serve's
 	// --tool-images allows.
 	AllToolImages = "*"
-	DefaultRequestsPerMinute = 120
 )
 
 // Caller is one entry of the policy: a subject and what it may do.
@@ -161,7 +161,8 @@ const (
 )
 
 // Allows refuses with a 403 what c does not grant: the kind of request, an
-// image ("" before the body is read), a timeout (0 before it is read).
+// image ("" before the body is read); and with a 400 a timeout over its
+// bound (0 before it is read).
 func (c Caller) Allows(id auth.Identity, k Kind, image string, timeout time.Duration) error {
 	who := id.User
 	switch {
@@ -173,7 +174,8 @@ func (c Caller) Allows(id auth.Identity, k Kind, image string, timeout time.Dura
 		!(api.CallPolicy{Images: c.ToolImages}).ImageAllowed(image):
 		return api.Errorf(http.StatusForbidden, "%s may not call the tool image %q", who, image)
 	case timeout > time.Duration(c.MaxTimeoutS)*time.Second:
-		return api.Errorf(http.StatusForbidden, "%s may ask for timeout_s of %d at most", who, c.MaxTimeoutS)
+		// A 400, not a 403: the model that chose the timeout can fix it.
+		return api.Errorf(http.StatusBadRequest, "%s may ask for timeout_s of %d at most", who, c.MaxTimeoutS)
 	}
 	return nil
 }

@@ -97,6 +97,7 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		status, outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
+	res.RequestID = auditOf(r.Context()).id
 	res = api.WriteCallResult(w, res)
 	status, outcome = http.StatusOK, res.Outcome()
 }

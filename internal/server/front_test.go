@@ -75,7 +75,7 @@ func TestFrontDoor(t *testing.T) {
 		{"no token", "", "/v1/execute", `{"code":"print(1)"}`, 401, "no token"},
 		{"a caller the policy does not name", "else", "/v1/execute", `{"code":"print(1)"}`, 403, stranger.User},
 		{"granted", "bot", "/v1/execute", `{"code":"print(1)"}`, 200, ""},
-		{"a timeout over the grant", "bot", "/v1/execute", `{"code":"print(1)","timeout_s":31}`, 403, "timeout_s of 30 at most"},
+		{"a timeout over the grant", "bot", "/v1/execute", `{"code":"print(1)","timeout_s":31}`, 400, "timeout_s of 30 at most"},
 		{"snippets only, calling a tool", "lab", "/v1/call", `{"image":"agent:dev","function":"m:f"}`, 403, "may not call tools"},
 		{"an image not granted", "bot", "/v1/call", `{"image":"agent:other","function":"m:f"}`, 403, `may not call the tool image "agent:other"`},
 		{"an image granted", "bot", "/v1/call", `{"image":"agent:dev","function":"m:f"}`, 200, ""},
@@ -107,6 +107,12 @@ func TestFrontDoor(t *testing.T) {
 			}
 			if id == "" || line["id"] != id || line["status"] != float64(c.status) || line["path"] != c.path {
 				t.Errorf("audit line %v, want id %q, status %d, path %s", line, id, c.status, c.path)
+			}
+			var body struct {
+				RequestID string `json:"request_id"`
+			}
+			if c.status == 200 && (json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.RequestID != id) {
+				t.Errorf("answer %s, want request_id %q", rec.Body, id)
 			}
 			if c.token != "" && c.token != "else" && line["caller"] == "" {
 				t.Errorf("audit line without its caller: %v", line)

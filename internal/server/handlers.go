@@ -138,14 +138,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // execution is what the log line and the metrics record of one request.
 type execution struct {
-	status    int
-	outcome   string
-	result    wire.Result
-	job       exec.Job
-	err       error
-	began     time.Time
-	decoded   bool // the request was read and is valid
-	reached   bool // the job reached the backend
+	status  int
+	outcome string
+	result  wire.Result
+	job     exec.Job
+	err     error
+	began   time.Time
+	decoded bool // the request was read and is valid
+	reached bool // the job reached the backend
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
@@ -192,6 +192,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
+	res.RequestID = auditOf(r.Context()).id
 	e.result, e.status, e.outcome = res, http.StatusOK, res.Outcome()
 	api.WriteJSON(w, http.StatusOK, res)
 }

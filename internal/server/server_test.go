@@ -100,8 +100,10 @@ func TestExecuteOK(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got, fb.result) {
-		t.Errorf("result = %+v, want %+v", got, fb.result)
+	want := fb.result
+	want.RequestID = rec.Header().Get(RequestIDHeader)
+	if !reflect.DeepEqual(got, want) || want.RequestID == "" {
+		t.Errorf("result = %+v, want %+v", got, want)
 	}
 	if len(fb.jobs) != 1 || fb.jobs[0].Timeout != 5*time.Second || fb.jobs[0].Code != "print('SECRET-CODE')" {
 		t.Errorf("backend got %+v", fb.jobs)
