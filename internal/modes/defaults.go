@@ -60,6 +60,7 @@ func vars() kong.Vars {
 		"max_procs":           strconv.Itoa(exec.DefaultMaxProcs),
 		"max_file_size":       strconv.Itoa(exec.DefaultMaxFileSize),
 		"verify_name":         verify.DefaultName,
+		"verify_caller":       verify.DefaultCaller,
 		"cluster_domain":      verify.DefaultClusterDomain,
 		"parallel":            strconv.Itoa(verify.DefaultParallel),
 		"verify_timeout":      seconds(verify.DefaultTimeout),

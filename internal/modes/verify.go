@@ -18,6 +18,8 @@ type VerifyCmd struct {
 	Service    string `default:"${verify_name}" help:"Name of the service's Service and Deployment."`
 
 	ServiceAccount string   `default:"${verify_name}" help:"The service's ServiceAccount, whose rights are reviewed."`
+	Caller         string   `default:"${verify_caller}" help:"The ServiceAccount (in --namespace) verify calls the service as, with a token it mints; the caller policy must grant it everything."`
+	Audience       string   `name:"auth-audience" default:"${auth_audience}" help:"The audience of the tokens verify mints (serve's --auth-audience)."`
 	Image          string   `help:"Image of verify's canary and control pods (needs python3); default: the service's own image."`
 	MetadataAddr   string   `default:"169.254.169.254:80" help:"Metadata service (or its stand-in) as host:port answering HTTP; empty skips it. Never a real outside address in tests."`
 	InternetAddr   string   `default:"198.51.100.10:80" help:"An 'internet' stand-in as host:port answering HTTP; empty skips it."`
@@ -49,7 +51,7 @@ func (c *VerifyCmd) Run(d *Deps) error {
 	}
 	rep, err := verify.Run(d.Ctx, verify.Options{
 		Namespace: c.Namespace, Service: c.Service, URL: c.URL, Kubeconfig: c.Kubeconfig, Context: c.Context,
-		ServiceAccount: c.ServiceAccount, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr, StandinToken: c.StandinToken,
+		ServiceAccount: c.ServiceAccount, Caller: c.Caller, Audience: c.Audience, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr, StandinToken: c.StandinToken,
 		ToolImage: c.ToolImage, PrivateAddrs: c.PrivateAddrs,
 		ClusterDomain: c.ClusterDomain, DNSCanaryZone: c.DNSCanaryZone, DNSCanaryAnswer: c.DNSCanaryAns, MetadataAddr6: c.MetadataAddr6, RuntimeClass: c.RuntimeClass, MemoryLimit: c.MemoryLimit, Parallel: c.Parallel,
 		Only: c.Only, Timeout: c.Timeout, AllowInconclusive: c.AllowInconclusive, KeepFixtures: c.Keep,

@@ -24,7 +24,7 @@ const (
 	ConfigMap = "sandbox-policy"
 	Key       = "policy.yaml"
 	// Defaults of a caller entry that leaves a bound out.
-	DefaultMaxInFlight = 3
+	DefaultMaxInFlight       = 3
 	DefaultRequestsPerMinute = 120
 	// AllToolImages, as a caller's tool image, grants every image serve's
 	// --tool-images allows.

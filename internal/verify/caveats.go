@@ -20,6 +20,7 @@ func (e *env) probeCall(ctx context.Context) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
+	h.authorize(req)
 	resp, err := h.hc.Do(req)
 	if err != nil {
 		return 0, "", err

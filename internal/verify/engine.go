@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sandboxd/sandbox/internal/auth"
 	"github.com/sandboxd/sandbox/internal/kube"
 )
 
@@ -25,6 +26,10 @@ type Options struct {
 	Context    string
 	// ServiceAccount is serve's ServiceAccount, whose rights the RBAC check reviews.
 	ServiceAccount string
+	// Caller is the ServiceAccount of Namespace verify calls serve as, with
+	// a token it mints for Audience.
+	Caller   string
+	Audience string
 	// Image runs verify's canary and control; "" takes serve's own image.
 	Image string
 	// MetadataAddr and InternetAddr are the stand-ins (host:port answering
@@ -142,8 +147,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := e.discover(ctx); err != nil {
 		return nil, err
 	}
+	token, err := mintToken(ctx, e.cs, opts.Namespace, opts.Caller, opts.Audience, opts.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	e.target["caller"] = "system:serviceaccount:" + opts.Namespace + ":" + opts.Caller
+	if token == "" {
+		e.target["caller"] = "none: no ServiceAccount " + opts.Namespace + "/" + opts.Caller + " to mint a token for"
+	}
 	if opts.URL != "" {
-		e.sb = newHTTPSandbox(opts.URL)
+		e.sb = newHTTPSandbox(opts.URL, token)
 		e.target["url"] = opts.URL
 	} else {
 		e.progress("port-forward to service %s/%s", opts.Namespace, opts.Service)
@@ -152,7 +165,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 		defer e.fwd.Close()
-		e.sb = newHTTPSandbox(e.fwd.URL)
+		e.sb = newHTTPSandbox(e.fwd.URL, token)
 		e.target["url"] = fmt.Sprintf("port-forward %s -> pod %s", e.fwd.URL, e.fwd.Pod)
 	}
 	e.pods, err = watchSnippetPods(ctx, e.cs, opts.Namespace)
@@ -239,6 +252,8 @@ func setDefaults(o *Options) {
 	def(&o.Namespace, DefaultName)
 	def(&o.Service, DefaultName)
 	def(&o.ServiceAccount, DefaultName)
+	def(&o.Caller, DefaultCaller)
+	def(&o.Audience, auth.DefaultAudience)
 	def(&o.ClusterDomain, DefaultClusterDomain)
 	def(&o.MemoryLimit, kube.SnippetMemory)
 	if o.Parallel <= 0 {

@@ -32,7 +32,7 @@ func TestLimitChecksOnLocalBackend(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
-	e := &env{opts: Options{}, sb: newHTTPSandbox(hs.URL), start: time.Now(), target: map[string]string{}}
+	e := &env{opts: Options{}, sb: newHTTPSandbox(hs.URL, ""), start: time.Now(), target: map[string]string{}}
 	setDefaults(&e.opts)
 
 	var rs []Result

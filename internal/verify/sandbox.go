@@ -54,10 +54,19 @@ type sandboxAPI interface {
 type httpSandbox struct {
 	base string
 	hc   *http.Client
+	// token is sent as the bearer token of every API request; "" sends none.
+	token string
 }
 
-func newHTTPSandbox(base string) *httpSandbox {
-	return &httpSandbox{base: strings.TrimRight(base, "/"), hc: &http.Client{}}
+func newHTTPSandbox(base, token string) *httpSandbox {
+	return &httpSandbox{base: strings.TrimRight(base, "/"), hc: &http.Client{}, token: token}
+}
+
+// authorize adds s's bearer token to req.
+func (s *httpSandbox) authorize(req *http.Request) {
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
 }
 
 func (s *httpSandbox) Execute(ctx context.Context, req wire.ExecuteRequest) (*answer, error) {
@@ -86,6 +95,7 @@ func (s *httpSandbox) post(ctx context.Context, path string, req any, limit int6
 		return 0, "", 0, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	s.authorize(hreq)
 	start := time.Now()
 	resp, err := s.hc.Do(hreq)
 	if err != nil {
