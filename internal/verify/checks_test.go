@@ -455,13 +455,16 @@ func TestReviewRBAC(t *testing.T) {
 		want  Status
 	}{
 		{"least privilege", func(a *authv1.ResourceAttributes) bool {
-			return a.Resource == "pods" && a.Subresource == "" && a.Namespace == "sandbox"
+			return a.Resource == "pods" && a.Subresource == "" && a.Namespace == "sandbox" || reviewsTokens(a)
 		}, Pass},
+		{"cannot review tokens", func(a *authv1.ResourceAttributes) bool {
+			return a.Resource == "pods" && a.Subresource == "" && a.Namespace == "sandbox"
+		}, Inconclusive},
 		{"can exec", func(a *authv1.ResourceAttributes) bool {
-			return a.Resource == "pods" && a.Namespace == "sandbox"
+			return a.Resource == "pods" && a.Namespace == "sandbox" || reviewsTokens(a)
 		}, Fail},
 		{"reads secrets", func(a *authv1.ResourceAttributes) bool {
-			return a.Namespace == "sandbox" && (a.Resource == "pods" && a.Subresource == "" || a.Resource == "secrets")
+			return a.Namespace == "sandbox" && (a.Resource == "pods" && a.Subresource == "" || a.Resource == "secrets") || reviewsTokens(a)
 		}, Fail},
 		{"positive control fails", func(*authv1.ResourceAttributes) bool { return false }, Inconclusive},
 	} {
@@ -481,6 +484,11 @@ func TestReviewRBAC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reviewsTokens is serve's one cluster-wide right that is not read-only.
+func reviewsTokens(a *authv1.ResourceAttributes) bool {
+	return a.Resource == "tokenreviews" && a.Verb == "create" && a.Namespace == ""
 }
 
 func TestJudgeNetwork(t *testing.T) {

@@ -58,6 +58,8 @@ func rbacQuestions(ns string) (denied, allowed []access) {
 		{"list", "", "pods", "", ns},
 		{"watch", "", "pods", "", ns},
 		{"delete", "", "pods", "", ns},
+		// Who a caller is (serve --auth kubernetes): a TokenReview each.
+		{"create", "authentication.k8s.io", "tokenreviews", "", ""},
 	}
 	return denied, allowed
 }
