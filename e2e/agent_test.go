@@ -20,9 +20,9 @@ import (
 	"github.com/sandboxd/sandbox/internal/verify/netsec"
 )
 
-// agentNamespace is where the sample agent runs: another namespace than the
-// service's, as a real agent would.
-const agentNamespace = "sandbox-e2e-agent"
+// agentNamespace is where the sample agent runs (granted by the suite's
+// caller policy).
+const agentNamespace = kindenv.AgentNamespace
 
 // TestAgentDecoratedTools runs the sample agent (e2e/agent/driver.py) in a
 // pod of its own image in another namespace: its @sandboxed tools go through
@@ -38,7 +38,7 @@ func TestAgentDecoratedTools(t *testing.T) {
 			cs := clientset(ctx, t)
 			_ = cs.CoreV1().Namespaces().Delete(ctx, agentNamespace, metav1.DeleteOptions{})
 			err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-				_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{})
+				_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace, Labels: kindenv.ClientLabels()}}, metav1.CreateOptions{})
 				return err == nil, nil // a namespace of a previous run may still be terminating
 			})
 			if err != nil {
@@ -63,6 +63,8 @@ func TestAgentDecoratedTools(t *testing.T) {
 					Containers:                    []corev1.Container{c},
 				},
 			}
+			// Its token, where python/sandbox_client reads it by default.
+			kindenv.WithToken(pod)
 			if _, err := cs.CoreV1().Pods(agentNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -61,6 +61,9 @@ func postCall(ctx context.Context, base string, body any) (callReply, error) {
 		return callReply{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if err := authorize(req); err != nil {
+		return callReply{}, err
+	}
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

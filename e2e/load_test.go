@@ -48,14 +48,18 @@ const (
 )
 
 // loadScript posts argv[2] executions of a print, argv[3] at a time, each on
-// a new connection, to the service at argv[1], and prints one JSON line per
+// a new connection, to the service at argv[1] with the pod's token (read
+// for each, as it rotates), and prints one JSON line per
 // answer: its status, its error or sandbox id, and what the client saw when
 // no HTTP answer came at all (refused, reset, timed out).
 const loadScript = `import concurrent.futures, json, sys, time, urllib.error, urllib.request
+import os
 url, n, conc, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 def one(i):
     body = json.dumps({"code": "print(%d)" % i, "timeout_s": 10}).encode()
-    req = urllib.request.Request(url + "/v1/execute", data=body, headers={"Content-Type": "application/json"})
+    with open(os.environ["SANDBOX_TOKEN_FILE"]) as f:
+        auth = "Bearer " + f.read().strip()
+    req = urllib.request.Request(url + "/v1/execute", data=body, headers={"Content-Type": "application/json", "Authorization": auth})
     out, t0 = {"i": i}, time.monotonic()
     try:
         with urllib.request.urlopen(req, timeout=limit) as r:
@@ -155,14 +159,11 @@ func withLoadClient(ctx context.Context, t *testing.T, cfg *envconf.Config) cont
 		t.Fatal(err)
 	}
 	r := cfg.Client().Resources()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: envconf.RandomName("sandbox-e2e-load", 24)}}
-	if err := r.Create(ctx, ns); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	t.Cleanup(func() { _ = r.Delete(context.WithoutCancel(ctx), ns) })
 	base, _ := forwardToServe(ctx, t, cfg, podReady)
+	pod := kindenv.WithToken(sleeperPod(kindenv.ClientNamespace, envconf.RandomName("load", 12), Suite(ctx).Image, nil))
+	t.Cleanup(func() { _ = r.Delete(context.WithoutCancel(ctx), pod) })
 	le := loadEnv{
-		client: createReady(ctx, t, cfg, sleeperPod(ns.Name, "load", Suite(ctx).Image, nil)),
+		client: createReady(ctx, t, cfg, pod),
 		cs:     clientset(ctx, t),
 		target: poolTarget(ctx, t, base),
 	}

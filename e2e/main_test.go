@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -161,6 +162,9 @@ func deployService(ctx context.Context, cfg *envconf.Config) (context.Context, e
 	}
 	if err == nil && suite.Reused && suite.ImageID(ctx) != imageBefore {
 		err = suite.Restart(ctx, 3*time.Minute)
+	}
+	if err == nil {
+		err = suite.CallerToken(ctx, filepath.Join(suite.Root, "bin"))
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "!!! the sandbox service is not deployed; tests that need it will fail: %v\n", err)

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandbox/e2e/kindenv"
 )
 
 // localPort is where the client pod serves the local backend to itself.
@@ -28,7 +30,7 @@ const localPort = 18080
 //	load URL N C       N requests, C at a time (all C leave at once)
 //	for URL SECONDS C  C workers, each sending one request after another
 //	metrics URL...     print each URL's /metrics after a line "# URL"
-const clientScript = `import concurrent.futures, json, subprocess, sys, threading, time, urllib.error, urllib.request
+const clientScript = `import concurrent.futures, json, os, subprocess, sys, threading, time, urllib.error, urllib.request
 lock = threading.Lock()
 def emit(r):
     with lock:
@@ -43,7 +45,9 @@ def timing(h):
     return parts
 def post(url):
     body = json.dumps({"code": "print(1)", "timeout_s": 10}).encode()
-    req = urllib.request.Request(url + "/v1/execute", data=body, headers={"Content-Type": "application/json"})
+    with open(os.environ["SANDBOX_TOKEN_FILE"]) as f:
+        auth = "Bearer " + f.read().strip()
+    req = urllib.request.Request(url + "/v1/execute", data=body, headers={"Content-Type": "application/json", "Authorization": auth})
     out = {"sent": time.time()}
     t0 = time.perf_counter()
     try:
@@ -101,6 +105,10 @@ elif mode == "metrics":
 // python3 is the floor's, with the local backend serving itself on
 // 127.0.0.1 beside it.
 func clientPod(ns, image string) *corev1.Pod {
+	return kindenv.WithToken(bareClientPod(ns, image))
+}
+
+func bareClientPod(ns, image string) *corev1.Pod {
 	uid := int64(65532)
 	start := fmt.Sprintf("/usr/local/bin/sandbox serve --backend local --listen 127.0.0.1:%d >/tmp/local.log 2>&1 & exec python3 -c 'import time; time.sleep(10**7)'", localPort)
 	return &corev1.Pod{

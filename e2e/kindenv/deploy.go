@@ -59,7 +59,8 @@ func Manifests(ctx context.Context, sandboxBin, image string, extra ...string) (
 	return []byte(out), nil
 }
 
-// Deploy applies the service's manifests (sandbox manifests ... | kubectl apply -f -).
+// Deploy applies the service's manifests (sandbox manifests ... | kubectl
+// apply -f -), and the suite's callers over them.
 func Deploy(ctx context.Context, k Kubectl, sandboxBin, image string, extra ...string) error {
 	m, err := Manifests(ctx, sandboxBin, image, extra...)
 	if err != nil {
@@ -68,7 +69,7 @@ func Deploy(ctx context.Context, k Kubectl, sandboxBin, image string, extra ...s
 	if _, err := k.Run(ctx, m, "apply", "-f", "-"); err != nil {
 		return fmt.Errorf("apply manifests: %w", err)
 	}
-	return nil
+	return applyCallers(ctx, k)
 }
 
 // WaitAvailable waits until the sandbox Deployment reports Available.

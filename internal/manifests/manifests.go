@@ -51,6 +51,10 @@ const (
 var DefaultAPIServerCIDRs = []string{"10.96.0.1/32", "172.16.0.0/12"}
 
 // Names of the objects Render edits.
+// ClientLabel, set to "true" on a namespace, lets its pods reach serve
+// (serve's ingress policy); the caller policy still judges each caller.
+const ClientLabel = "sandbox.dev/client"
+
 const (
 	deploymentName  = "sandbox"
 	containerName   = "serve"

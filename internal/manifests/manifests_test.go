@@ -485,3 +485,18 @@ func TestPoolMaxFollowsPoolSize(t *testing.T) {
 		t.Errorf("SANDBOX_POOL_MAX %q with --pool-size 5", got)
 	}
 }
+
+// TestServeIngressOnlyFromClients: serve's ingress admits the namespaces
+// labelled ClientLabel, and nothing else.
+func TestServeIngressOnlyFromClients(t *testing.T) {
+	np := mustObjects(t, Options{})["NetworkPolicy/sandbox-serve"].(*networkingv1.NetworkPolicy)
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 {
+		t.Fatalf("ingress %+v, want one rule from one peer", np.Spec.Ingress)
+	}
+	peer := np.Spec.Ingress[0].From[0]
+	if peer.PodSelector != nil || peer.IPBlock != nil || peer.NamespaceSelector == nil ||
+		len(peer.NamespaceSelector.MatchExpressions) != 0 || len(peer.NamespaceSelector.MatchLabels) != 1 ||
+		peer.NamespaceSelector.MatchLabels[ClientLabel] != "true" {
+		t.Errorf("ingress peer %+v, want only namespaces labelled %s=true", peer, ClientLabel)
+	}
+}

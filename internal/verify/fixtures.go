@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandboxd/sandbox/internal/kube"
+	"github.com/sandboxd/sandbox/internal/manifests"
 	"github.com/sandboxd/sandbox/internal/verify/netsec"
 )
 
@@ -49,7 +50,9 @@ func deployFixtures(ctx context.Context, cs kubernetes.Interface, ns, image stri
 	fx := &fixtures{Namespace: ns, Token: randomHex(12), ControlPod: "control", ControlName: netsec.RoleControl}
 	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
-		Labels: map[string]string{netsec.LabelApp: netsec.AppName},
+		// A client namespace: its control must reach serve (the positive
+		// control of serve's pods being out of a snippet's reach).
+		Labels: map[string]string{netsec.LabelApp: netsec.AppName, manifests.ClientLabel: "true"},
 	}}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", ns, err)

@@ -171,8 +171,8 @@ func orNone(ss []string) string {
 }
 
 // servePodTargets aim at serve's own pods (their IP and port) and its
-// Service: the control reaches them (serve admits clients from any
-// namespace), and a snippet pod must not.
+// Service: the control reaches them (its namespace is a client's), and a
+// snippet pod must not.
 func (e *env) servePodTargets(ctx context.Context) ([]netTarget, []missingTarget) {
 	svc, err := e.cs.CoreV1().Services(e.opts.Namespace).Get(ctx, e.opts.Service, metav1.GetOptions{})
 	if err != nil {
