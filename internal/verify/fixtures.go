@@ -49,7 +49,7 @@ const fixtureReadyTimeout = 90 * time.Second
 func deployFixtures(ctx context.Context, cs kubernetes.Interface, ns, image string) (*fixtures, error) {
 	fx := &fixtures{Namespace: ns, Token: randomHex(12), ControlPod: "control", ControlName: netsec.RoleControl}
 	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name:   ns,
+		Name: ns,
 		// A client namespace: its control must reach serve (the positive
 		// control of serve's pods being out of a snippet's reach).
 		Labels: map[string]string{netsec.LabelApp: netsec.AppName, manifests.ClientLabel: "true"},
