@@ -33,7 +33,7 @@ type VerifyCmd struct {
 	RuntimeClass   string   `help:"runtimeClassName snippet pods must carry (empty: none configured)."`
 	MemoryLimit    string   `default:"${snippet_memory}" help:"Memory limit snippet pods must carry."`
 	Parallel       int      `default:"${parallel}" help:"Concurrent runs of the parallel check."`
-	Only           []string `sep:"," enum:"lifecycle,posture,inside,network,runner,rbac,toolcalls" help:"Run only these check groups (comma-separated)."`
+	Only           []string `sep:"," enum:"lifecycle,posture,inside,network,runner,rbac,auth,toolcalls" help:"Run only these check groups (comma-separated)."`
 
 	Output            string        `short:"o" default:"table" enum:"table,json,junit" help:"Report format: table, json or junit."`
 	AllowInconclusive bool          `help:"Let INCONCLUSIVE checks pass (FAIL still fails)."`

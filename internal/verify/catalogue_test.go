@@ -21,7 +21,7 @@ func TestCatalogueCoversChecks(t *testing.T) {
 			inDoc[strings.TrimSpace(name)] = true
 		}
 	}
-	nameRE := regexp.MustCompile(`"((?:lifecycle|posture|inside|network|runner|rbac|toolcalls)/[a-z0-9-]+)"`)
+	nameRE := regexp.MustCompile(`"((?:lifecycle|posture|inside|network|runner|rbac|auth|toolcalls)/[a-z0-9-]+)"`)
 	files, _ := filepath.Glob("*.go")
 	inCode := map[string]bool{}
 	for _, f := range files {

@@ -125,6 +125,7 @@ var steps = []step{
 	{"runner", "fork bomb", checkForkBomb},
 	{"runner", "input file paths", checkPaths},
 	{"rbac", "the service account's rights", checkRBAC},
+	{"auth", "callers named, granted and bounded", checkAuth},
 	{"toolcalls", "tool-call pods", checkToolCalls},
 }
 
