@@ -106,6 +106,7 @@ func TestVerify(t *testing.T) {
 				}
 			}
 			expect(t, rep, verify.Pass, toolCallChecks...)
+			expect(t, rep, verify.Pass, authChecks...)
 			expect(t, rep, verify.Pass, "network/serve-pod", "network/node-ports", "network/dns-exfiltration", "network/ready-on-proof", "network/icmp")
 			// The kind cluster is IPv4 only: not applicable, said so.
 			expect(t, rep, verify.Skip, "network/ipv6")
@@ -385,6 +386,18 @@ func TestVerifyICMPAndUnfenced(t *testing.T) {
 	knobs := []knob{{"serve", flags[0]}, {"serve", flags[1]}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on pods that may ping and tool pods that reach the nodes", knobs, flags, "",
 		"network,toolcalls", []string{"network/icmp", "toolcalls/icmp", "toolcalls/node-addresses"}))
+}
+
+// authChecks are the checks a serve without authentication must fail.
+var authChecks = []string{"auth/anonymous-refused", "auth/wrong-audience-refused", "auth/ungranted-caller-refused",
+	"auth/image-not-granted", "auth/quota-enforced"}
+
+// TestVerifyWithoutAuth: serve --auth none, where anyone who reaches it
+// runs code and calls tools: every auth check must FAIL.
+func TestVerifyWithoutAuth(t *testing.T) {
+	const flag = "--auth=none"
+	testenv.Test(t, weakenedFeature("sandbox verify fails on a serve that names no caller", []knob{{"serve", flag}}, []string{flag}, "",
+		"auth", authChecks))
 }
 
 // TestVerifyUnprovenReady: runners that report Ready without proving their
