@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/internal/auth"
 )
 
 func main() {
@@ -90,9 +91,10 @@ Cluster %q is up (node image %s).
   stand-ins:    metadata %s (network %s), internet %s (network %s); body contains %q
   DNS canary:   zone %s at %s, forwarded to by CoreDNS; its log: docker logs sandbox-e2e-dns-canary
 
-Reach the service:
+Reach the service, as the default ServiceAccount of %s (granted by the rig's caller policy):
   %s --kubeconfig %s -n %s port-forward svc/%s 8080:80 &
-  curl -s localhost:8080/v1/execute -d '{"code": "print(6*7)"}'
+  TOKEN=$(%s --kubeconfig %s -n %s create token default --audience %s)
+  curl -s localhost:8080/v1/execute -H "Authorization: Bearer $TOKEN" -d '{"code": "print(6*7)"}'
 
 Delete it with: make kind-down
 
@@ -101,7 +103,8 @@ For tools and tests (sandbox verify, the e2e suite with SANDBOX_E2E_REUSE=1):
 		env.Standins.Metadata.URL(), env.Standins.Metadata.Network,
 		env.Standins.Internet.URL(), env.Standins.Internet.Network, kindenv.CanaryToken,
 		kindenv.DNSCanaryZone, kindenv.DNSCanaryIP,
-		k, env.Kubeconfig, kindenv.Namespace, kindenv.Deployment, exports(env))
+		kindenv.ClientNamespace, k, env.Kubeconfig, kindenv.Namespace, kindenv.Deployment,
+		k, env.Kubeconfig, kindenv.ClientNamespace, auth.DefaultAudience, exports(env))
 }
 
 func exports(env *kindenv.Env) string {
