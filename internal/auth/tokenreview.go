@@ -98,7 +98,7 @@ func (t *TokenReview) Authenticate(ctx context.Context, r *http.Request) (Identi
 		// Judged from the token alone: no review, nothing to cache.
 		return Identity{}, err
 	}
-	if !t.limit.Allow() {
+	if !t.limit.AllowN(now, 1) {
 		return Identity{}, &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
 			Msg: "too many new tokens to check at once: try again in a second"}
 	}
