@@ -114,8 +114,8 @@ func TestCallers(t *testing.T) {
 			if flood.throttled == 0 {
 				t.Errorf("team A's flood was never throttled past %d in flight", teamAInFlight)
 			}
-			if beside.ok == 0 || beside.throttled > 0 || beside.other > 0 {
-				t.Errorf("team B beside the flood: %s, want every request answered", beside)
+			if beside.ok < 5 || beside.throttled > 0 || beside.other > 0 {
+				t.Errorf("team B beside the flood: %s, want every request run, and at least 5 in 30 s", beside)
 			}
 			// The flood's last runs end on their pods after their callers
 			// hung up: team A is admitted again once they have.
@@ -366,12 +366,11 @@ func (tm *teams) flood(ctx context.Context, t *testing.T) (flood, beside tally) 
 		})
 	}
 	time.Sleep(2 * time.Second) // the flood under way
-	for range 10 {
+	// Team B's requests are counted whatever they take, also past the
+	// flood's end: a request starved of pods shows as its 503.
+	for ctx.Err() == nil {
 		start := time.Now()
-		_, err := tm.run(ctx, tm.tokens[teamB], "print(1)", 10)
-		if ctx.Err() != nil {
-			break
-		}
+		_, err := tm.run(context.WithoutCancel(ctx), tm.tokens[teamB], "print(1)", 10)
 		beside.add(time.Since(start), err)
 		time.Sleep(time.Second)
 	}
