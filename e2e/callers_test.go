@@ -114,8 +114,8 @@ func TestCallers(t *testing.T) {
 			if flood.throttled == 0 {
 				t.Errorf("team A's flood was never throttled past %d in flight", teamAInFlight)
 			}
-			if beside.ok < 5 || beside.throttled > 0 || beside.other > 0 {
-				t.Errorf("team B beside the flood: %s, want every request run, and at least 5 in 30 s", beside)
+			if beside.ok < 3 || beside.throttled > 0 || beside.other > 0 {
+				t.Errorf("team B beside the flood: %s, want every request run (a starved one is a 503), at least 3", beside)
 			}
 			// The flood's last runs end on their pods after their callers
 			// hung up: team A is admitted again once they have.
