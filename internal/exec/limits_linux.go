@@ -61,6 +61,15 @@ import (
 // and Run reports a SIGKILL it did not send under a memory cap as out of
 // memory.
 //
+// Waiting on the socket, the preamble may first import Options.Preload, so
+// that a job's own imports of them cost nothing: after it has said it is
+// ready, so that the preload never delays readiness, and with stdout and
+// stderr on /dev/null, so that nothing it prints reaches the job's output.
+// It checks the socket before each module and stops at the first sign of
+// the job, which then waits at most for the module under way. The modules
+// come before the working directory is on sys.path and before the job's
+// files exist, so neither can stand in for one.
+//
 // The code reaches the preamble in one of two ways. Given a file (an
 // isolated run, a tool call), it reads that file. Given a socket (ctlFD,
 // every other run), it says on it when the limits hold, reads the code
@@ -98,7 +107,34 @@ const preamble = `def _sandbox():
     else:
         compile('', '', 'exec')
         os.write(d, b'r')
-        b, x = [], os.read(d, 65536)
+        b, m, x, t = [], [], None, %s
+        for q in t:
+            os.set_blocking(d, False)
+            try:
+                x = os.read(d, 65536)
+            except BlockingIOError:
+                pass
+            os.set_blocking(d, True)
+            if x is not None:
+                break
+            o, e, n = os.dup(1), os.dup(2), os.open(os.devnull, os.O_WRONLY)
+            os.dup2(n, 1)
+            os.dup2(n, 2)
+            try:
+                __import__(q)
+            except BaseException:
+                m.append(q)
+            finally:
+                os.dup2(o, 1)
+                os.dup2(e, 2)
+                os.close(o)
+                os.close(e)
+                os.close(n)
+        else:
+            if t:
+                os.write(d, b'p' + ','.join(m).encode() + b'\n')
+        if x is None:
+            x = os.read(d, 65536)
         while x:
             b.append(x)
             x = os.read(d, 65536)
@@ -108,7 +144,7 @@ const preamble = `def _sandbox():
         p = os.fsdecode(p)
         os.write(d, b't')
         os.close(d)
-        del b, x, _
+        del b, m, t, x, _
     if hasattr(sys, 'orig_argv'):
         sys.orig_argv[len(sys.orig_argv) - (3 if d < 0 else 2):] = [p]
     sys.argv[:] = [p]
@@ -171,11 +207,23 @@ func pythonArgs(opts Options, snippet string, ctl int) []string {
 		fmt.Fprintf(&l, "(%d, %d), ", kv[0], kv[1])
 	}
 	l.WriteString(")")
-	args := []string{"-I", "-u", "-B", "-c", fmt.Sprintf(preamble, l.String(), opts.Nice, pyBool(opts.IdleCPU), ctl)}
+	args := []string{"-I", "-u", "-B", "-c", fmt.Sprintf(preamble, l.String(), opts.Nice, pyBool(opts.IdleCPU), ctl, pyTuple(opts.Preload))}
 	if ctl < 0 {
 		args = append(args, snippet)
 	}
 	return args
+}
+
+// pyTuple is names as a Python tuple of strings; each is a module name
+// (checked by Prestart), so it needs no escaping.
+func pyTuple(names []string) string {
+	var t strings.Builder
+	t.WriteString("(")
+	for _, n := range names {
+		fmt.Fprintf(&t, "'%s', ", n)
+	}
+	t.WriteString(")")
+	return t.String()
 }
 
 func pyBool(b bool) string {
