@@ -52,6 +52,7 @@ func vars() kong.Vars {
 		"max_output":          strconv.Itoa(exec.DefaultMaxOutput),
 		"max_procs":           strconv.Itoa(exec.DefaultMaxProcs),
 		"max_file_size":       strconv.Itoa(exec.DefaultMaxFileSize),
+		"preload":             exec.DefaultPreload,
 		"verify_name":         verify.DefaultName,
 		"cluster_domain":      verify.DefaultClusterDomain,
 		"parallel":            strconv.Itoa(verify.DefaultParallel),
