@@ -38,6 +38,12 @@ var warmSkips = map[string]bool{
 // python3, as exec's TestFreshIsBare lists them.
 var warmDiffers = map[string]bool{"argv-and-path": true, "keyboard-interrupt": true, "stack": true}
 
+// preloadMayDiffer are the snippets that may see what serve's default
+// preload (exec.DefaultPreload) left, as docs/runner.md lists it: may, since
+// a job that comes while the preload runs stops it. sys.modules is checked
+// apart (preloadedModules).
+var preloadMayDiffer = map[string]bool{"path-importer-cache": true}
+
 // TestWarmRunLooksFresh sends each introspection snippet to /v1/execute,
 // where a warm pod's pre-started python3 runs it, and runs it with bare
 // `python3 -I -u -B FILE` in a pod of the same image, with the runner's
@@ -74,6 +80,14 @@ func TestWarmRunLooksFresh(t *testing.T) {
 				res := execute(ctx, t, service(ctx), string(code), 20)
 				warm := normalizeSeen(kube.Workdir, res.Stdout, res.Stderr, res.ExitCode)
 				bare := bareInPod(ctx, t, cfg, pod, string(code))
+				if name == "modules" {
+					checkPreloaded(t, warm, bare, preloadedModules(ctx, t, cfg, pod))
+					continue
+				}
+				if preloadMayDiffer[name] {
+					t.Logf("%s: may differ by the preload:\nwarm: %+v\nbare: %+v", name, warm, bare)
+					continue
+				}
 				switch {
 				case warm != bare && !warmDiffers[name]:
 					t.Errorf("%s: warm pod and bare python3 differ:\nwarm: %+v\nbare: %+v", name, warm, bare)
@@ -86,6 +100,50 @@ func TestWarmRunLooksFresh(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// checkPreloaded: the warm pod's sys.modules is bare python3's and some of
+// what importing the preload adds, nothing else.
+func checkPreloaded(t *testing.T, warm, bare seen, preloaded map[string]bool) {
+	t.Helper()
+	w, b := moduleSet(warm.Stdout), moduleSet(bare.Stdout)
+	for m := range b {
+		if !w[m] {
+			t.Errorf("modules: the warm pod lacks %q, which bare python3 has", m)
+		}
+	}
+	extra := 0
+	for m := range w {
+		if !b[m] && !preloaded[m] {
+			t.Errorf("modules: the warm pod has %q, which neither bare python3 nor the preload imports", m)
+		}
+		if !b[m] {
+			extra++
+		}
+	}
+	t.Logf("modules: %d of the preload's %d there", extra, len(preloaded))
+}
+
+// preloadedModules are the modules that importing exec.DefaultPreload adds
+// to bare python3's, in pod, with the runner's environment.
+func preloadedModules(ctx context.Context, t *testing.T, cfg *envconf.Config, pod *corev1.Pod) map[string]bool {
+	t.Helper()
+	code := "import sys\nb = set(sys.modules)\nfor m in '" + exec.DefaultPreload + "'.split(','):\n    __import__(m)\n" +
+		"print(sorted(set(sys.modules) - b))\n"
+	got := bareInPod(ctx, t, cfg, pod, code)
+	if got.Exit != 0 {
+		t.Fatalf("import the preload in %s: %+v", pod.Name, got)
+	}
+	return moduleSet(got.Stdout)
+}
+
+// moduleSet parses a printed sorted list of module names.
+func moduleSet(s string) map[string]bool {
+	set := map[string]bool{}
+	for _, n := range strings.Split(strings.Trim(strings.TrimSpace(s), "[]"), ", ") {
+		set[strings.Trim(n, "'")] = true
+	}
+	return set
 }
 
 // seen is what a run showed, made comparable.

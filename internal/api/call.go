@@ -84,10 +84,12 @@ func DecodeCall(r io.Reader) (Call, error) {
 	var raw bytes.Buffer
 	dec := json.NewDecoder(io.TeeReader(r, &raw))
 	dec.DisallowUnknownFields()
-	var req wire.CallRequest
-	if err := dec.Decode(&req); err != nil {
+	var in callRequest
+	if err := dec.Decode(&in); err != nil {
 		return Call{}, callDecodeError(err)
 	}
+	req := in.CallRequest
+	req.TimeoutS = in.TimeoutS.seconds()
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err == nil || isSyntax(err) {
 			return Call{}, Errorf(http.StatusBadRequest,

@@ -24,6 +24,8 @@ func TestDecodeCallAccepts(t *testing.T) {
 		{"everything", `{"image":"reg.example/a/b@sha256:abc","function":"tools.math:Calc.add","args":[1, "x"],"kwargs":{"k": [true, null]},"timeout_s":120,"env":{"UNITS":"metric"}}`,
 			Call{Image: "reg.example/a/b@sha256:abc", Module: "tools.math", Attr: "Calc.add", Args: json.RawMessage(`[1,"x"]`), Kwargs: json.RawMessage(`{"k":[true,null]}`),
 				Timeout: 120 * time.Second, Env: map[string]string{"UNITS": "metric"}}},
+		{"a whole float timeout", `{"image":"a","function":"m:f","timeout_s":45.0}`,
+			Call{Image: "a", Module: "m", Attr: "f", Args: json.RawMessage("[]"), Kwargs: json.RawMessage("{}"), Timeout: 45 * time.Second}},
 		{"nulls", `{"image":"a","function":"m:f","args":null,"kwargs":null,"timeout_s":null,"env":null}`,
 			Call{Image: "a", Module: "m", Attr: "f", Args: json.RawMessage("[]"), Kwargs: json.RawMessage("{}"), Timeout: 30 * time.Second}},
 	}

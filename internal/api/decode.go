@@ -32,10 +32,12 @@ func Decode(r io.Reader) (exec.Job, error) {
 	var raw bytes.Buffer // the body again, for checkKeys; the decoder reads it all anyway
 	dec := json.NewDecoder(io.TeeReader(r, &raw))
 	dec.DisallowUnknownFields()
-	var req wire.ExecuteRequest
-	if err := dec.Decode(&req); err != nil {
+	var in executeRequest
+	if err := dec.Decode(&in); err != nil {
 		return exec.Job{}, decodeError(err)
 	}
+	req := in.ExecuteRequest
+	req.TimeoutS = in.TimeoutS.seconds()
 	// One JSON value per body: "{...}{...}" or "{...} x" is a client bug
 	// that would otherwise be silently half-read.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -231,6 +233,9 @@ func decodeError(err error) error {
 		typ      *json.UnmarshalTypeError
 		tooLarge *http.MaxBytesError
 	)
+	if ae, ok := AsError(err); ok {
+		return ae // a field's own check (wholeSeconds)
+	}
 	switch {
 	case errors.As(err, &tooLarge):
 		return Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", tooLarge.Limit)
@@ -245,7 +250,7 @@ func decodeError(err error) error {
 			return Errorf(http.StatusBadRequest, "the body must be a JSON object, not %s", typ.Value)
 		}
 		// Field names no list item ("files.content"): the offset finds it.
-		return Errorf(http.StatusBadRequest, "field %q: expected %s, got %s (the value ending at byte offset %d)", typ.Field, jsonType(typ.Type.String()), typ.Value, typ.Offset)
+		return Errorf(http.StatusBadRequest, "field %q: expected %s, got %s (the value ending at byte offset %d)", wireField(typ.Field), jsonType(typ.Type.String()), typ.Value, typ.Offset)
 	}
 	// encoding/json reports unknown fields only as text.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {

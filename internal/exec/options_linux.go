@@ -38,6 +38,14 @@ type Options struct {
 	// CPU. The runner sets it in a pod, with Nice, for the same reason.
 	IdleCPU bool
 
+	// Preload are modules (ParsePreload) a pre-started interpreter imports
+	// after it is ready and before it reads its job, its output sent to
+	// /dev/null; one that fails to import is skipped and reported (see
+	// Interp.Missing). A job that arrives first stops the preload at the
+	// next module: the job never waits for more than the import under way.
+	// Run, which has its job at once, ignores it.
+	Preload []string
+
 	// WeakenKillLeaderOnly makes Run as weak as a naive runner: at the
 	// deadline it kills only the python3 process, never sweeps its tree, and
 	// waits for the pipes to close. It exists so that `sandbox verify` can be

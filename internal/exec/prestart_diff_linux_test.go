@@ -111,28 +111,44 @@ type seen struct {
 	Exit           int
 }
 
-func runFresh(t *testing.T, code string) seen {
+func runFresh(t *testing.T, code string) seen { return runFreshWith(t, code, Options{}) }
+
+func runFreshWith(t *testing.T, code string, opts Options) seen {
 	t.Helper()
-	dir := t.TempDir()
-	res, err := Run(t.Context(), Job{Code: code, Files: introspectionFiles, Timeout: 20 * time.Second}, Options{Dir: dir})
+	opts.Dir = t.TempDir()
+	res, err := Run(t.Context(), Job{Code: code, Files: introspectionFiles, Timeout: 20 * time.Second}, opts)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	return normalize(dir, res.Stdout, res.Stderr, res.ExitCode)
+	return normalize(opts.Dir, res.Stdout, res.Stderr, res.ExitCode)
 }
 
 func runWarm(t *testing.T, code string, wait time.Duration) seen {
+	return runWarmWith(t, code, wait, Options{})
+}
+
+// runWarmWith gives code to an interpreter pre-started under opts once it
+// waits and, with opts.Preload, once its preload is done, all of it there.
+func runWarmWith(t *testing.T, code string, wait time.Duration, opts Options) seen {
 	t.Helper()
 	dir := t.TempDir()
-	p, err := Prestart(Options{Dir: dir})
+	opts.Dir = dir
+	p, err := Prestart(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	ready := p.Ready()
+	if len(opts.Preload) > 0 {
+		ready = p.Preloaded()
+	}
 	select {
-	case <-p.Ready():
+	case <-ready:
 	case <-time.After(20 * time.Second):
 		t.Fatal("not ready after 20s")
+	}
+	if m := p.Missing(); len(m) > 0 {
+		t.Fatalf("preload missing %q", m)
 	}
 	time.Sleep(wait)
 	res, err := p.Run(t.Context(), Job{Code: code, Files: introspectionFiles, Timeout: 20 * time.Second})

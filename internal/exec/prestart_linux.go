@@ -21,7 +21,12 @@ import (
 // and then waits on a socket, inherited as ctlFD, for the job. Over that
 // socket:
 //
-//   - the preamble writes stubReady once the limits hold, and then blocks;
+//   - the preamble writes stubReady once the limits hold;
+//   - with Options.Preload it then imports those modules, checking the
+//     socket before each: a job that has begun to arrive ends the preload
+//     there. Having imported them all, it writes stubPreloaded, the modules
+//     that failed (comma-separated) and a newline;
+//   - it blocks reading the socket;
 //   - Run writes the code file's path, a NUL and the code, and shuts its
 //     side for writing, once the input files and the code file are in place;
 //   - the preamble reads to end of file, writes stubTook and closes the
@@ -44,9 +49,14 @@ const ctlFD = 3
 
 // What the preamble writes on the socket.
 const (
-	stubReady = 'r'
-	stubTook  = 't'
+	stubReady     = 'r'
+	stubPreloaded = 'p'
+	stubTook      = 't'
 )
+
+// maxPreloadReport bounds what monitor keeps of the preload's report: the
+// names of the modules that failed, far fewer bytes than this.
+const maxPreloadReport = 4096
 
 // ErrNotTaken marks a run whose interpreter ended (or was killed) before it
 // took the job: none of the job ran. A runner may answer it as "not ready".
@@ -60,8 +70,9 @@ type Interp struct {
 	c    *child
 	ctl  *os.File // our end of the socket
 
-	ready, took, lost chan struct{} // closed as the socket says so
-	monitored         chan struct{} // closed when the socket has ended
+	ready, preloaded, took, lost chan struct{} // closed as the socket says so
+	monitored                    chan struct{} // closed when the socket has ended
+	missing                      []string      // set before preloaded is closed
 
 	mu       sync.Mutex
 	used     bool  // Run was called: Run owns the child's end
@@ -75,6 +86,11 @@ type Interp struct {
 func Prestart(opts Options) (*Interp, error) {
 	if opts.Sandbox != nil {
 		return nil, errors.New("prestart: isolated runs are started for their job")
+	}
+	for _, n := range opts.Preload {
+		if !moduleName.MatchString(n) {
+			return nil, fmt.Errorf("prestart: preload %q: not a module name", n)
+		}
 	}
 	su, err := resolve(&opts)
 	if err != nil {
@@ -107,7 +123,8 @@ func Prestart(opts Options) (*Interp, error) {
 		return nil, err
 	}
 	p := &Interp{opts: opts, su: su, c: c, ctl: ours,
-		ready: make(chan struct{}), took: make(chan struct{}), lost: make(chan struct{}), monitored: make(chan struct{})}
+		ready: make(chan struct{}), preloaded: make(chan struct{}), took: make(chan struct{}), lost: make(chan struct{}),
+		monitored: make(chan struct{})}
 	go p.monitor() // owned: Run and Close wait for monitored
 	return p, nil
 }
@@ -116,11 +133,24 @@ func Prestart(opts Options) (*Interp, error) {
 // latest when the child is gone.
 func (p *Interp) monitor() {
 	defer close(p.monitored)
-	var b [8]byte
+	var (
+		b      [64]byte
+		report []byte // the preload's report once stubPreloaded is read
+	)
 	for {
 		n, err := p.ctl.Read(b[:])
 		for _, x := range b[:n] {
 			switch {
+			case report != nil && x == '\n':
+				p.missing = strings.FieldsFunc(string(report[1:]), func(r rune) bool { return r == ',' })
+				report = nil
+				close(p.preloaded)
+			case report != nil:
+				if len(report) < maxPreloadReport {
+					report = append(report, x)
+				}
+			case x == stubPreloaded && !isClosed(p.preloaded):
+				report = []byte{x}
 			case x == stubReady && !isClosed(p.ready):
 				close(p.ready)
 			case x == stubTook && !isClosed(p.took):
@@ -136,7 +166,7 @@ func (p *Interp) monitor() {
 	}
 }
 
-func isClosed(ch chan struct{}) bool {
+func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
@@ -148,6 +178,20 @@ func isClosed(ch chan struct{}) bool {
 // Ready is closed once the interpreter waits for its job with its limits
 // applied.
 func (p *Interp) Ready() <-chan struct{} { return p.ready }
+
+// Preloaded is closed once the interpreter has imported, or failed to
+// import, every module of Options.Preload; never when the list is empty or
+// its job came first.
+func (p *Interp) Preloaded() <-chan struct{} { return p.preloaded }
+
+// Missing lists the modules of Options.Preload that failed to import: nil
+// until Preloaded is closed.
+func (p *Interp) Missing() []string {
+	if !isClosed(p.preloaded) {
+		return nil
+	}
+	return p.missing
+}
 
 // Lost is closed when the interpreter ended before it took a job; Close
 // then says how.

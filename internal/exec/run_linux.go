@@ -49,7 +49,8 @@ func Run(ctx context.Context, job Job, opts Options) (wire.Result, error) {
 	// A run started for its job is a pre-started one that is handed the job
 	// at once: one way in for the code, so that what a snippet sees cannot
 	// depend on how long its interpreter waited. The files are written while
-	// python3 starts.
+	// python3 starts. A preload would only delay the job it has already.
+	opts.Preload = nil
 	p, err := Prestart(opts)
 	if err != nil {
 		return wire.Result{}, err

@@ -90,6 +90,9 @@ type PodOptions struct {
 	DNS string
 	// Seal is what the pods' runner proves cut before it is Ready.
 	Seal SealOptions
+	// Preload are the modules the runner's python3 imports while it waits
+	// (the runner's --preload); none when empty.
+	Preload []string
 
 	// Weaken weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. The restricted namespace refuses a
@@ -201,6 +204,9 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	args := []string{"run", "--listen", ":" + strconv.Itoa(int(port)), "--workdir", Workdir}
 	if o.PidsLimit > 0 {
 		args = append(args, "--pod-pids-limit", strconv.FormatInt(o.PidsLimit, 10))
+	}
+	if len(o.Preload) > 0 {
+		args = append(args, "--preload", strings.Join(o.Preload, ","))
 	}
 	args = append(args, o.Seal.args(sealed)...)
 	if sealed {

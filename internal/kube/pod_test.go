@@ -161,7 +161,8 @@ func TestSnippetPodPosture(t *testing.T) {
 }
 
 func TestSnippetPodOptions(t *testing.T) {
-	pod := testPod(PodOptions{RuntimeClass: "gvisor", RunnerPort: 9000, Owner: Owner{Name: "laptop"}, PidsLimit: 512})
+	pod := testPod(PodOptions{RuntimeClass: "gvisor", RunnerPort: 9000, Owner: Owner{Name: "laptop"}, PidsLimit: 512,
+		Preload: []string{"numpy", "matplotlib.pyplot"}})
 	if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != "gvisor" {
 		t.Errorf("runtimeClassName %v", pod.Spec.RuntimeClassName)
 	}
@@ -174,6 +175,9 @@ func TestSnippetPodOptions(t *testing.T) {
 	}
 	if i := slices.Index(c.Args, "--pod-pids-limit"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "512" {
 		t.Errorf("args %v: the runner is not told the pod's process limit", c.Args)
+	}
+	if i := slices.Index(c.Args, "--preload"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "numpy,matplotlib.pyplot" {
+		t.Errorf("args %v: the runner is not told what to preload", c.Args)
 	}
 }
 

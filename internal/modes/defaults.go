@@ -59,6 +59,7 @@ func vars() kong.Vars {
 		"max_output":          strconv.Itoa(exec.DefaultMaxOutput),
 		"max_procs":           strconv.Itoa(exec.DefaultMaxProcs),
 		"max_file_size":       strconv.Itoa(exec.DefaultMaxFileSize),
+		"preload":             exec.DefaultPreload,
 		"verify_name":         verify.DefaultName,
 		"verify_caller":       verify.DefaultCaller,
 		"cluster_domain":      verify.DefaultClusterDomain,

@@ -63,6 +63,13 @@ func TestNewKubeBackendValidates(t *testing.T) {
 	}
 }
 
+func TestNewKubeBackendRejectsBadPreload(t *testing.T) {
+	f := KubeFlags{Image: "x", PoolSize: 1, PoolWait: 1, RunnerPort: 8080, Preload: "numpy,os;print(1)"}
+	if _, _, err := newKubeBackend(&f, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--preload") {
+		t.Errorf("newKubeBackend = %v, want --preload refused", err)
+	}
+}
+
 func TestManifestsModeRejectsBadSnippetDNS(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Main([]string{"manifests", "--snippet-dns", "open"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "snippet-dns") {

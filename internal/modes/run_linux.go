@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/sandboxd/sandbox/internal/exec"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/runner"
 	"github.com/sandboxd/sandbox/internal/weaken"
@@ -24,6 +25,7 @@ func (c *RunCmd) Run(d *Deps) error {
 		opts.Dir = kube.Workdir
 	}
 	opts.Env = c.snippetEnv(opts.Dir)
+	opts.Preload, _ = exec.ParsePreload(c.Preload) // checked by Validate
 	if c.SeedTmp != "" {
 		if err := runner.SeedTmp(c.SeedTmp, os.TempDir()); err != nil {
 			return fmt.Errorf("runner: %w", err)

@@ -79,6 +79,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{"run", "--code-file", "x.py", "--weaken", "root-token"}, // a pod's weakening, not the runner's
 		{"run", "--code-file", "x.py", "--weaken", "--listen=:8081"},
 		{"run", "--code-file", "x.py", "--isolation", "bogus"},
+		{"run", "--preload", "numpy,__import__('os').system('id')"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := modes.Main(args, &stdout, &stderr); code == 0 {

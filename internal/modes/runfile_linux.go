@@ -36,6 +36,9 @@ func (c *RunCmd) Validate() error {
 	if _, err := weaken.Parse(c.Weaken, true); err != nil {
 		return fmt.Errorf("--weaken: %w", err)
 	}
+	if _, err := exec.ParsePreload(c.Preload); err != nil {
+		return fmt.Errorf("--preload: %w", err)
+	}
 	if err := runner.CheckSnippetEnv(c.SnippetEnv); err != nil {
 		return fmt.Errorf("--snippet-env: %w", err)
 	}

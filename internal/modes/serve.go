@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/exec"
 	"github.com/sandboxd/sandbox/internal/server"
 )
 
@@ -133,6 +134,9 @@ func (c *ServeCmd) Validate() error {
 		return fmt.Errorf("--shutdown-timeout %s: must be positive", c.ShutdownTimeout)
 	case c.MaxOutput < 0:
 		return fmt.Errorf("--max-output %d: must not be negative", c.MaxOutput)
+	}
+	if _, err := exec.ParsePreload(c.Preload); err != nil {
+		return fmt.Errorf("--preload: %w", err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sandboxd/sandbox/internal/exec"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/manifests"
 	"github.com/sandboxd/sandbox/internal/pool"
@@ -34,6 +35,7 @@ type KubeFlags struct {
 	Kubeconfig   string        `type:"path" help:"Kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)."`
 	SnippetDNS   string        `name:"snippet-dns" enum:"${snippet_dns_modes}" default:"${snippet_dns}" env:"SANDBOX_SNIPPET_DNS" help:"DNS of snippet pods: sealed (the pod's runner answers every name NXDOMAIN at once and nothing leaves the pod; its NetworkPolicy allows no egress) or cluster (the cluster DNS, which forwards outside names upstream: a channel out). The manifests' policies follow the pods' label."`
 	SealProbe    []string      `name:"seal-probe" sep:"," env:"SANDBOX_SEAL_PROBE" placeholder:"HOST:PORT" help:"Addresses sandbox pods must find cut (refused or silent) before they are Ready (default inside a cluster: the API server's Service, KUBERNETES_SERVICE_HOST:PORT). Required outside one."`
+	Preload      string        `default:"${preload}" env:"SANDBOX_PRELOAD" placeholder:"MODULES" help:"Modules (comma-separated) the snippet's pre-started python3 imports while it waits for its job, after its pod is Ready, so that a snippet's imports of them are free; \"\" for none. The local backend names at start those its python3 lacks."`
 	SealDNS      []string      `name:"seal-dns" sep:"," env:"SANDBOX_SEAL_DNS" placeholder:"HOST:PORT" help:"The cluster DNS, which sealed snippet pods must get no answer from before they are Ready (default inside a cluster: the nameservers of serve's own resolv.conf)."`
 
 	// For the e2e suite's negative tests only: see package weaken.
@@ -60,6 +62,10 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 	}
 	if err := kube.ValidateCPURequest(f.CPURequest); err != nil {
 		return nil, nil, fmt.Errorf("--pod-cpu-request: %w", err)
+	}
+	preload, err := exec.ParsePreload(f.Preload)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--preload: %w", err)
 	}
 	if err := kube.ValidateDNS(f.SnippetDNS); err != nil {
 		return nil, nil, fmt.Errorf("--snippet-dns: %w", err)
@@ -95,6 +101,7 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 			PidsLimit:    f.PodPidsLimit,
 			DNS:          f.SnippetDNS,
 			Seal:         sealOpts,
+			Preload:      preload,
 			Weaken:       weakened,
 		},
 		Size:   f.PoolSize,

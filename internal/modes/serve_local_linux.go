@@ -2,6 +2,9 @@ package modes
 
 import (
 	"log/slog"
+	"strings"
+
+	"github.com/sandboxd/sandbox/internal/exec"
 
 	"github.com/sandboxd/sandbox/internal/local"
 	"github.com/sandboxd/sandbox/internal/server"
@@ -26,9 +29,25 @@ func (c *ServeCmd) localBackend(d *Deps, log *slog.Logger) (server.Backend, func
 	if err != nil {
 		return nil, nil, err
 	}
+	c.reportMissing(d, b, log)
 	return b, func() {
 		if err := b.Close(); err != nil {
 			log.Warn("local backend: remove its directory", "error", err.Error())
 		}
 	}, nil
+}
+
+// reportMissing says, in one line, which modules of --preload the local
+// python3 lacks and how to get them, so that a data snippet's
+// ModuleNotFoundError is no surprise. A probe that fails is only logged.
+func (c *ServeCmd) reportMissing(d *Deps, b *local.Backend, log *slog.Logger) {
+	preload, _ := exec.ParsePreload(c.Preload) // checked by Validate
+	missing, err := b.MissingModules(d.Ctx, preload)
+	switch {
+	case err != nil:
+		log.Warn("local backend: could not check python3's modules", "error", err.Error())
+	case len(missing) > 0:
+		log.Warn("local backend: python3 lacks modules snippets are expected to have ("+local.InstallHint(missing)+")",
+			"missing", strings.Join(missing, ","))
+	}
 }

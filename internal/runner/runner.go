@@ -6,7 +6,8 @@
 //
 // The snippet's python3 is started with the runner (exec.Prestart) and waits,
 // its limits applied, for the job, so that a job does not pay for the
-// interpreter's start. The runner is ready (GET /readyz) once the interpreter
+// interpreter's start; with Exec.Preload it imports those modules while it
+// waits, which readiness does not wait for. The runner is ready (GET /readyz) once the interpreter
 // waits and, in a cluster, the pod's seal is proven (Options.SealTargets). An
 // interpreter that ends before a job, or is not waiting within ReadyTimeout,
 // ends the runner with an error, so that the pod fails and is replaced; a job
@@ -193,9 +194,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /seal", s.sealState)
 	if opts.Call {
@@ -230,7 +229,7 @@ func (s *Server) ResolverAddr() string {
 // goes unproven for GiveUp, it shuts down and returns why; a job still
 // running is killed through its request's context.
 func (s *Server) Run(ctx context.Context) error {
-	var ready, lost <-chan struct{}
+	var ready, lost, preloaded <-chan struct{}
 	var notReady <-chan time.Time
 	if !s.opts.Call {
 		p, err := exec.Prestart(s.opts.Exec)
@@ -243,6 +242,9 @@ func (s *Server) Run(ctx context.Context) error {
 		defer p.Close()
 		s.interp = p
 		ready, lost = p.Ready(), p.Lost()
+		if len(s.opts.Exec.Preload) > 0 {
+			preloaded = p.Preloaded()
+		}
 		t := time.NewTimer(s.opts.ReadyTimeout)
 		defer t.Stop()
 		notReady = t.C
@@ -286,6 +288,9 @@ wait:
 			ready, notReady = nil, nil
 			mark(&s.startup.python, time.Since(s.born))
 			s.opts.Logger.Info("python3 waits for the job", "pid", s.interp.Pid(), "start_ms", time.Since(started).Milliseconds())
+		case <-preloaded:
+			preloaded = nil
+			s.logPreload(time.Since(started))
 		case <-notReady:
 			cause = fmt.Errorf("python3 was not waiting for the job %s after its start", s.opts.ReadyTimeout)
 			s.interp.Close()
@@ -322,6 +327,30 @@ wait:
 		return fmt.Errorf("runner: shutdown: %w", err)
 	}
 	return nil
+}
+
+// logPreload says, once, that the interpreter has imported its preload
+// (after took, since its start) and which modules it lacks.
+func (s *Server) logPreload(took time.Duration) {
+	log := s.opts.Logger.With("preload", s.opts.Exec.Preload, "preload_ms", took.Milliseconds())
+	if m := s.interp.Missing(); len(m) > 0 {
+		log.Warn("python3 preloaded what it has; the image lacks some modules", "missing", m)
+		return
+	}
+	log.Info("python3 preloaded its modules")
+}
+
+// healthz answers liveness, with the state of the preload: "done" (and
+// the modules missing), "running", or "none" without one.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	h := map[string]any{"status": "ok", "preload": "none"}
+	if s.interp != nil && len(s.opts.Exec.Preload) > 0 {
+		h["preload"] = "running"
+		if isClosed(s.interp.Preloaded()) {
+			h["preload"], h["preload_missing"] = "done", s.interp.Missing()
+		}
+	}
+	api.WriteJSON(w, http.StatusOK, h)
 }
 
 // readyz is the kubelet's readiness probe: Ready once the seal is proven

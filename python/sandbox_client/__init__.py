@@ -6,7 +6,8 @@ Two things an agent needs, standard library only:
   model-written code in a fresh one-use sandbox; the files named by
   ``outputs`` come back in ``Result.files`` (``save_files`` writes them). ``RUN_PYTHON_TOOL`` (Anthropic) and
   ``RUN_PYTHON_TOOL_OPENAI`` describe it to a model; ``handle_run_python``
-  runs a model's call and ``result_text`` says what happened in words.
+  runs a model's call and ``result_text`` says what happened in words;
+  images among the outputs come back to the model as image content blocks.
 - ``@sandboxed``: the agent's own tool functions run in a one-use pod of the
   agent's image, away from its credentials (``TOOL_SANDBOX=false`` runs them
   here instead).
@@ -31,9 +32,11 @@ from .errors import (
 )
 from .outputs import save_files
 from .results import CallResult, OutputFile, RemoteError, Result, Usage
+from .images import MAX_IMAGE_BYTES, MAX_IMAGES
 from .snippets import (
     RUN_PYTHON_DESCRIPTION,
     RUN_PYTHON_PARAMETERS,
+    RUN_PYTHON_PARAMETERS_STRICT,
     RUN_PYTHON_TOOL,
     RUN_PYTHON_TOOL_OPENAI,
     handle_run_python,
@@ -47,9 +50,12 @@ __version__ = "0.1.0"
 __all__ = [
     "CallResult",
     "Client",
+    "MAX_IMAGES",
+    "MAX_IMAGE_BYTES",
     "OutputFile",
     "RUN_PYTHON_DESCRIPTION",
     "RUN_PYTHON_PARAMETERS",
+    "RUN_PYTHON_PARAMETERS_STRICT",
     "RUN_PYTHON_TOOL",
     "RUN_PYTHON_TOOL_OPENAI",
     "RemoteError",

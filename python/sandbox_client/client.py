@@ -299,8 +299,12 @@ def _outputs(outputs: Any) -> List[str]:
 
 
 def _timeout(t: Any) -> int:
+    # A whole float (10.0) is whole seconds too: several SDKs and models
+    # write every number as one.
+    if isinstance(t, float) and t.is_integer():
+        return int(t)
     if isinstance(t, bool) or not isinstance(t, int):
-        raise TypeError(f"timeout_s must be an int (whole seconds), not {type(t).__name__}")
+        raise TypeError(f"timeout_s must be a whole number of seconds, not {t!r}")
     return t
 
 

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import Client, FilesArg
 from .errors import SandboxAuthError, SandboxRequestError
+from .images import MAX_IMAGE_BYTES, MAX_IMAGES, TOOL_FORMATS, image_block, images_of
 from .outputs import save_files
 from .results import Result
 
@@ -66,7 +67,7 @@ RUN_PYTHON_DESCRIPTION = (
     "Print what you want to see: stdout and stderr come back to you. "
     "To hand files to the user (a chart, a result table), write them in the working directory and name them "
     "in outputs, e.g. [\"chart.png\", \"out/*.csv\"]: they are returned to the user, and you are told their names and "
-    "sizes (and shown short text files), not their bytes."
+    "sizes; you are shown short text files, and images (PNG, JPEG, GIF, WebP: a chart you saved) as images."
 )
 
 # The JSON Schema of run_python's arguments, as a model fills them in.
@@ -114,13 +115,39 @@ RUN_PYTHON_TOOL: Dict[str, Any] = {
     "input_schema": RUN_PYTHON_PARAMETERS,
 }
 
-# run_python as an OpenAI Chat Completions tool: tools=[RUN_PYTHON_TOOL_OPENAI].
+
+
+def _strict(schema: Dict[str, Any], optional: bool = False) -> Dict[str, Any]:
+    """schema as OpenAI's strict mode takes it: every property required, an
+    optional one nullable instead, no bounds keywords (said in words)."""
+    s = {k: v for k, v in schema.items() if k not in ("minimum", "maximum")}
+    if "minimum" in schema:
+        s["description"] = f"{s['description']} From {schema['minimum']} to {schema['maximum']}."
+    if schema.get("type") == "object":
+        s["properties"] = {k: _strict(v, k not in schema.get("required", ())) for k, v in schema["properties"].items()}
+        s["required"] = list(schema["properties"])
+    if schema.get("type") == "array":
+        s["items"] = _strict(schema["items"])
+    if optional:
+        s["type"] = [s["type"], "null"]
+        if "enum" in s:
+            s["enum"] = [*s["enum"], None]
+    return s
+
+
+# RUN_PYTHON_PARAMETERS for OpenAI's strict mode: the model's arguments then
+# always match it; it writes null for what it leaves out.
+RUN_PYTHON_PARAMETERS_STRICT: Dict[str, Any] = _strict(RUN_PYTHON_PARAMETERS)
+
+# run_python as an OpenAI Chat Completions tool, in strict mode:
+# tools=[RUN_PYTHON_TOOL_OPENAI].
 RUN_PYTHON_TOOL_OPENAI: Dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "run_python",
         "description": RUN_PYTHON_DESCRIPTION,
-        "parameters": RUN_PYTHON_PARAMETERS,
+        "parameters": RUN_PYTHON_PARAMETERS_STRICT,
+        "strict": True,
     },
 }
 
@@ -134,7 +161,11 @@ SHOWN_FILE_CHARS = 2_000
 
 
 def result_text(
-    result: Result, max_chars: Optional[int] = DEFAULT_MAX_CHARS, *, saved_to: Optional[str] = None
+    result: Result,
+    max_chars: Optional[int] = DEFAULT_MAX_CHARS,
+    *,
+    saved_to: Optional[str] = None,
+    images: Optional[Mapping[str, bool]] = None,
 ) -> str:
     """The text a model should read back for a run: what went wrong said
     plainly first, then the exit code, stdout and stderr, then the output
@@ -146,6 +177,9 @@ def result_text(
             head and tail, with a marker saying how much was cut); None keeps
             everything.
         saved_to: where the files were saved, to say so.
+        images: the paths of the images among the files, each True when the
+            model is shown it beside the text, False when it is not (over
+            the bounds), to say so.
     """
     notes = []
     if result.timed_out:
@@ -171,11 +205,11 @@ def result_text(
             tail = max_chars - head
             text = f"{text[:head]}\n[... {len(text) - max_chars} characters cut here to keep this short ...]\n{text[-tail:]}"
         lines.append(f"{name}:\n{text.rstrip(chr(10))}")
-    lines.extend(_files_text(result, saved_to))
+    lines.extend(_files_text(result, saved_to, images or {}))
     return "\n".join(lines)
 
 
-def _files_text(result: Result, saved_to: Optional[str]) -> List[str]:
+def _files_text(result: Result, saved_to: Optional[str], images: Mapping[str, bool]) -> List[str]:
     if not result.files:
         return []
     where = f" (saved under {saved_to})" if saved_to else ""
@@ -185,6 +219,9 @@ def _files_text(result: Result, saved_to: Optional[str]) -> List[str]:
             lines.append(f"- {f.path}: not returned ({f.skipped})")
         elif f.omitted:
             lines.append(f"- {f.path}: {f.size} bytes, not returned: over the limit of 100 files and 10 MiB in all")
+        elif f.path in images:
+            seen = "shown to you after this text" if images[f.path] else f"not shown to you: over {MAX_IMAGES} images or {MAX_IMAGE_BYTES} bytes"
+            lines.append(f"- {f.path}: {f.size} bytes, returned; an image, {seen}")
         elif f.encoding == "utf-8" and f.content is not None and len(f.content) <= SHOWN_FILE_CHARS:
             lines.append(f"- {f.path}: {f.size} bytes, returned; its text:\n{f.content.rstrip(chr(10))}")
         else:
@@ -200,12 +237,23 @@ def handle_run_python(
     client: Optional[Client] = None,
     max_chars: Optional[int] = DEFAULT_MAX_CHARS,
     save_dir: Optional[str] = None,
-) -> str:
-    """Run a model's run_python tool call and return the text to send back.
+    tool_format: Optional[str] = None,
+) -> Union[str, List[Dict[str, Any]]]:
+    """Run a model's run_python tool call and return what to send back: the
+    text, or, when images came back among the outputs, content blocks (the
+    text, then each image) in ``tool_format``.
 
     ``arguments`` is the call's input as the SDK gives it: a dict (Anthropic's
     ``tool_use.input``) or a JSON string (OpenAI's
     ``tool_call.function.arguments``).
+
+    ``tool_format`` is "anthropic" (the default for a dict): the blocks are a
+    tool_result's ``content``, image blocks beside the text. Or "openai" (the
+    default for a JSON string): a text part and ``image_url`` parts, the
+    content of a Chat Completions user message, since a tool message takes
+    text only: send the first part's text as the tool message and the list
+    as a user message after it. At most MAX_IMAGES images of at most
+    MAX_IMAGE_BYTES each are shown; the text names the others.
 
     Files the model named in ``outputs`` are written under ``save_dir``
     when it is given (see save_files), and the text names them.
@@ -223,6 +271,10 @@ def handle_run_python(
         timeout_s = args.get("timeout_s")
         files = args.get("files")
         outputs = args.get("outputs")
+        if tool_format is None:
+            tool_format = "openai" if isinstance(arguments, str) else "anthropic"
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"tool_format {tool_format!r}: want one of {TOOL_FORMATS}")
         c = client if client is not None else Client()
         result = c.execute(code, files=files, timeout_s=timeout_s, outputs=outputs)
     except (ValueError, TypeError) as e:
@@ -231,10 +283,17 @@ def handle_run_python(
         raise
     except SandboxRequestError as e:
         return f"error: the sandbox refused the call, nothing ran: {e.message}"
+    saved_to = None
     if save_dir is not None and result.files:
         save_files(result, save_dir)
-        return result_text(result, max_chars=max_chars, saved_to=save_dir)
-    return result_text(result, max_chars=max_chars)
+        saved_to = save_dir
+    shown, left = images_of(result)
+    images = {f.path: True for f, _ in shown}
+    images.update({f.path: False for f in left})
+    text = result_text(result, max_chars=max_chars, saved_to=saved_to, images=images)
+    if not shown:
+        return text
+    return [{"type": "text", "text": text}] + [image_block(f, mt, tool_format) for f, mt in shown]
 
 
 def _parse_arguments(arguments: Union[str, Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -245,6 +304,12 @@ def _parse_arguments(arguments: Union[str, Mapping[str, Any]]) -> Mapping[str, A
             raise ValueError(f"arguments are not JSON: {e}") from None
     if not isinstance(arguments, Mapping):
         raise TypeError("arguments must be an object with code")
+    # Strict mode (RUN_PYTHON_TOOL_OPENAI) writes null for what is left out.
+    arguments = {k: v for k, v in arguments.items() if v is not None}
+    if isinstance(arguments.get("files"), list):
+        arguments["files"] = [
+            {k: v for k, v in f.items() if v is not None} if isinstance(f, Mapping) else f for f in arguments["files"]
+        ]
     unknown = set(arguments) - set(RUN_PYTHON_PARAMETERS["properties"])
     if unknown:
         raise ValueError(f"unknown argument(s) {sorted(unknown)}: want code, timeout_s, files, outputs")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import tempfile
 import unittest
+import urllib.request
 from typing import Any, Dict, Optional, Union
 from unittest import mock
 
 from sandbox_client import (
+    MAX_IMAGE_BYTES,
+    MAX_IMAGES,
     Client,
     SandboxRequestError,
     handle_run_python,
@@ -164,6 +168,52 @@ class RunPythonTest(unittest.TestCase):
         self.assertEqual(r.stdout, "7\n")
 
 
+# A PNG's signature and a few bytes: the sandbox hands back bytes, and only
+# the signature makes it an image to show.
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
+WRITE_PNGS = "for n in range({n}):\n    open(f'c{{n}}.png', 'wb').write({png!r} + bytes({pad}))\n"
+
+
+class ImagesTest(unittest.TestCase):
+    """Charts the model sees: images among the outputs as content blocks."""
+
+    def setUp(self) -> None:
+        assert serve is not None
+        self.client = Client(serve.url)
+
+    def test_anthropic_image_blocks(self) -> None:
+        code = WRITE_PNGS.format(n=1, png=PNG, pad=0) + "open('t.txt', 'w').write('hi')\n"
+        blocks = handle_run_python({"code": code, "outputs": ["*"]}, client=self.client)
+        self.assertIsInstance(blocks, list)
+        self.assertEqual(blocks[0]["type"], "text")
+        self.assertIn("- c0.png: 32 bytes, returned; an image, shown to you after this text", blocks[0]["text"])
+        self.assertIn("- t.txt: 2 bytes, returned; its text:\nhi", blocks[0]["text"])
+        self.assertEqual(blocks[1:], [{"type": "image", "source": {
+            "type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}}])
+
+    def test_openai_image_parts(self) -> None:
+        args = json.dumps({"code": WRITE_PNGS.format(n=1, png=PNG, pad=0), "outputs": ["*.png"]})
+        blocks = handle_run_python(args, client=self.client)
+        self.assertEqual(blocks[1:], [{"type": "image_url", "image_url": {
+            "url": "data:image/png;base64," + base64.b64encode(PNG).decode()}}])
+        self.assertEqual(handle_run_python(args, client=self.client, tool_format="anthropic")[1]["type"], "image")
+
+    def test_images_are_bounded(self) -> None:
+        many = handle_run_python({"code": WRITE_PNGS.format(n=MAX_IMAGES + 2, png=PNG, pad=0), "outputs": ["*.png"]},
+                                 client=self.client)
+        self.assertEqual(len(many), 1 + MAX_IMAGES)
+        self.assertEqual(many[0]["text"].count("an image, not shown to you"), 2)
+        big = handle_run_python({"code": WRITE_PNGS.format(n=1, png=PNG, pad=MAX_IMAGE_BYTES), "outputs": ["*.png"]},
+                                client=self.client)
+        self.assertIsInstance(big, str)
+        self.assertIn("an image, not shown to you", big)
+
+    def test_no_image_is_still_text(self) -> None:
+        text = handle_run_python({"code": "open('b.bin', 'wb').write(bytes(3))", "outputs": ["*"]}, client=self.client)
+        self.assertIsInstance(text, str)
+        self.assertIn("- b.bin: 3 bytes, returned", text)
+
+
 class HandleRunPythonTest(unittest.TestCase):
     """The model's side: a tool call in, the text to read back out."""
 
@@ -192,6 +242,23 @@ class HandleRunPythonTest(unittest.TestCase):
             self.assertIn(f"files (saved under {d}):\n- a.txt: 5 bytes, returned; its text:\nhello\n- b.bin: 3 bytes, returned", text)
             with open(os.path.join(d, "b.bin"), "rb") as f:
                 self.assertEqual(f.read(), bytes(3))
+
+    def test_strict_mode_nulls_and_whole_float_timeouts(self) -> None:
+        # What a model in OpenAI's strict mode sends: every argument, null
+        # when unused, and numbers that may be floats.
+        args = {"code": "print(open('n.txt').read())", "timeout_s": 10.0, "outputs": None,
+                "files": [{"path": "n.txt", "content": "5", "encoding": None}]}
+        text = handle_run_python(json.dumps(args), client=self.client)
+        self.assertEqual(text, "exit code: 0\nstdout:\n5\nstderr: (empty)")
+        self.assertEqual(run_python("print(1)", timeout_s=10.0, client=self.client).stdout, "1\n")
+        self.assertTrue(handle_run_python({"code": "1", "timeout_s": 2.5}, client=self.client).startswith("error: "))
+
+    def test_service_takes_a_whole_float_timeout(self) -> None:
+        assert serve is not None
+        req = urllib.request.Request(serve.url + "/v1/execute", data=b'{"code": "print(3)", "timeout_s": 10.0}',
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            self.assertEqual(json.load(resp)["stdout"], "3\n")
 
     def test_model_mistakes_come_back_as_text(self) -> None:
         cases: Dict[str, Union[str, Dict[str, Any]]] = {

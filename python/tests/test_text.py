@@ -7,6 +7,7 @@ import unittest
 
 from sandbox_client import (
     RUN_PYTHON_PARAMETERS,
+    RUN_PYTHON_PARAMETERS_STRICT,
     RUN_PYTHON_TOOL,
     RUN_PYTHON_TOOL_OPENAI,
     Result,
@@ -60,7 +61,7 @@ class ToolDefinitionTest(unittest.TestCase):
     def test_shapes_an_sdk_takes(self) -> None:
         self.assertEqual(set(RUN_PYTHON_TOOL), {"name", "description", "input_schema"})
         self.assertEqual(RUN_PYTHON_TOOL_OPENAI["type"], "function")
-        self.assertEqual(set(RUN_PYTHON_TOOL_OPENAI["function"]), {"name", "description", "parameters"})
+        self.assertEqual(set(RUN_PYTHON_TOOL_OPENAI["function"]), {"name", "description", "parameters", "strict"})
         for tool in (RUN_PYTHON_TOOL, RUN_PYTHON_TOOL_OPENAI["function"]):
             self.assertEqual(tool["name"], "run_python")
             json.dumps(tool)  # sent to the model's API as JSON
@@ -74,6 +75,36 @@ class ToolDefinitionTest(unittest.TestCase):
         item = s["properties"]["files"]["items"]
         self.assertEqual(set(item["properties"]), {"path", "content", "encoding"})
         self.assertEqual(item["properties"]["encoding"]["enum"], ["utf-8", "base64"])
+
+    def test_openai_tool_is_strict(self) -> None:
+        # Strict mode takes a schema only when every object lists all its
+        # properties as required, allows no others, and bounds nothing in
+        # keywords; an optional property is nullable instead.
+        self.assertIs(RUN_PYTHON_TOOL_OPENAI["function"]["strict"], True)
+        s = RUN_PYTHON_TOOL_OPENAI["function"]["parameters"]
+        self.assertIs(s, RUN_PYTHON_PARAMETERS_STRICT)
+
+        def check(schema: dict, where: str) -> None:
+            self.assertNotIn("minimum", schema, where)
+            self.assertNotIn("maximum", schema, where)
+            if "object" in schema["type"]:
+                self.assertEqual(schema["required"], list(schema["properties"]), where)
+                self.assertIs(schema["additionalProperties"], False, where)
+                for k, v in schema["properties"].items():
+                    check(v, f"{where}.{k}")
+            if "array" in schema["type"]:
+                check(schema["items"], f"{where}[]")
+
+        check(s, "parameters")
+        self.assertEqual(s["properties"]["code"]["type"], "string")
+        self.assertEqual(s["properties"]["timeout_s"]["type"], ["integer", "null"])
+        self.assertIn("From 1 to 60", s["properties"]["timeout_s"]["description"])
+        self.assertEqual(s["properties"]["outputs"]["type"], ["array", "null"])
+        enc = s["properties"]["files"]["items"]["properties"]["encoding"]
+        self.assertEqual((enc["type"], enc["enum"]), (["string", "null"], ["utf-8", "base64", None]))
+        # The Anthropic tool's schema is left as it was.
+        self.assertEqual(RUN_PYTHON_PARAMETERS["required"], ["code"])
+        json.dumps(RUN_PYTHON_TOOL_OPENAI)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,226 @@
+package exec
+
+import (
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPreloadBeforeTheJob: the modules are imported before the job, in
+// the snippet's own process, what they print is not the job's output, and
+// one that does not exist is skipped and reported.
+func TestPreloadBeforeTheJob(t *testing.T) {
+	p := prestart(t, Options{Preload: []string{"json", "no_such_module_sandbox", "this"}})
+	waitFor(t, p.Preloaded(), "preloaded")
+	if got := p.Missing(); !slices.Equal(got, []string{"no_such_module_sandbox"}) {
+		t.Errorf("Missing = %q, want the one that does not exist", got)
+	}
+	res, err := p.Run(t.Context(), Job{Code: "import sys; print('json' in sys.modules, 'this' in sys.modules)", Timeout: 10 * time.Second})
+	if err != nil || res.Stdout != "True True\n" || res.Stderr != "" || res.ExitCode != 0 {
+		t.Errorf("Run = %+v, %v; want both modules already imported and nothing else said (this prints the Zen of Python)", res, err)
+	}
+}
+
+// TestPreloadAllThere: a preload that imports every module reports none
+// missing; without a preload nothing is reported.
+func TestPreloadAllThere(t *testing.T) {
+	p := prestart(t, Options{Preload: []string{"json"}})
+	waitFor(t, p.Preloaded(), "preloaded")
+	if got := p.Missing(); len(got) != 0 {
+		t.Errorf("Missing = %q, want none", got)
+	}
+	q := prestart(t, Options{})
+	waitFor(t, q.Ready(), "ready")
+	time.Sleep(100 * time.Millisecond)
+	if isClosed(q.Preloaded()) {
+		t.Error("Preloaded closed without a preload")
+	}
+}
+
+// TestPreloadDoesNotHoldTheJob: the interpreter is ready before its
+// preload ends, and a job that comes meanwhile stops the preload after the
+// module under way: the next is not imported. The first module blocks
+// until the job is on the socket, so the order is certain.
+func TestPreloadDoesNotHoldTheJob(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "waitforjob.py"),
+		fmt.Appendf(nil, "import select\nselect.select([%d], [], [])\n", ctlFD), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := prestart(t, Options{Python: pythonWithPath(t, dir), Preload: []string{"waitforjob", "json"}})
+	waitFor(t, p.Ready(), "ready")
+	time.Sleep(100 * time.Millisecond)
+	if isClosed(p.Preloaded()) {
+		t.Fatal("preloaded while its first module still waits")
+	}
+	res, err := p.Run(t.Context(), Job{Code: "import sys; print('waitforjob' in sys.modules, 'json' in sys.modules)", Timeout: 10 * time.Second})
+	if err != nil || res.Stdout != "True False\n" {
+		t.Errorf("Run = %+v, %v; want the module under way imported and the next one not", res, err)
+	}
+	if isClosed(p.Preloaded()) {
+		t.Error("Preloaded closed for a preload the job cut short")
+	}
+}
+
+// TestPreloadRefusesCode: only module names reach the preamble.
+func TestPreloadRefusesCode(t *testing.T) {
+	for _, name := range []string{"os; print(1)", "a..b", "x')", ""} {
+		if p, err := Prestart(Options{Dir: t.TempDir(), Preload: []string{name}}); err == nil {
+			p.Close()
+			t.Errorf("Prestart took preload %q", name)
+		}
+	}
+	if _, err := ParsePreload("numpy, pandas ,,matplotlib.pyplot"); err != nil {
+		t.Errorf("ParsePreload of a good list: %v", err)
+	}
+	if got, _ := ParsePreload(""); got != nil {
+		t.Errorf("ParsePreload(\"\") = %q, want none", got)
+	}
+	if _, err := ParsePreload("numpy,import os"); err == nil {
+		t.Error("ParsePreload took a name with a space")
+	}
+}
+
+// pythonWithPath returns a python3 that runs the preamble with dir at the
+// end of sys.path, which -I keeps out of reach of the environment: for
+// modules that only a test needs.
+func pythonWithPath(t *testing.T, dir string) string {
+	t.Helper()
+	python, err := findPython("", nil)
+	if err != nil {
+		t.Skip(err)
+	}
+	w := filepath.Join(t.TempDir(), "python3")
+	script := fmt.Sprintf(`#!%s
+import os, sys
+a = sys.argv[1:]
+i = a.index('-c') + 1
+a[i] = 'import sys as _s; _s.path.append(%q); del _s\n' + a[i]
+os.execv(%q, [%q] + a)
+`, python, dir, python, python)
+	if err := os.WriteFile(w, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// moduleList parses the repr of a sorted list of module names, as
+// testdata/introspection/modules.py prints it.
+func moduleList(s string) []string {
+	s = strings.Trim(strings.TrimSpace(s), "[]")
+	var names []string
+	for _, n := range strings.Split(s, ", ") {
+		names = append(names, strings.Trim(n, "'"))
+	}
+	return names
+}
+
+// preloadDiffers are the introspection snippets to which a preloaded
+// interpreter shows something else than a fresh one, besides sys.modules
+// (which TestPreloadedIsFresh checks exactly), and why; docs/runner.md
+// lists them.
+var preloadDiffers = map[string]struct{ why, with string }{
+	"path-importer-cache": {"the preloaded packages' directories are in sys.path_importer_cache", ""},
+	"signals":             {"the C library's handler of signal 33 (SIGSETXID), set when numpy's OpenBLAS starts its threads", "numpy"},
+}
+
+// TestPreloadedIsFresh: what a snippet sees of a preloaded interpreter is
+// what a fresh one shows it, but for the preloaded modules in sys.modules,
+// exactly those that importing them imports in a bare python3, and the
+// differences listed in preloadDiffers. The preload is some of the
+// standard library and, unless -short, those of DefaultPreload that this
+// machine has, under the sandbox image's matplotlib settings.
+func TestPreloadedIsFresh(t *testing.T) {
+	env := preloadEnv(t)
+	preload, extra := preloadedModules(t, env)
+	t.Logf("preload %q adds %d modules", preload, len(extra))
+	for _, tc := range introspection(t) {
+		if tc.name == "process-age" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each preload is a second of one CPU
+			fresh := runFreshWith(t, tc.code, Options{Env: env})
+			warm := runWarmWith(t, tc.code, 0, Options{Env: env, Preload: preload})
+			if tc.name == "modules" {
+				want := append(moduleList(fresh.Stdout), extra...)
+				slices.Sort(want)
+				if more, less := setDiff(moduleList(warm.Stdout), slices.Compact(want)); more != nil || less != nil {
+					t.Errorf("sys.modules is not fresh's and the preload's: also %q, lacks %q", more, less)
+				}
+				return
+			}
+			d, listed := preloadDiffers[tc.name]
+			why := d.why
+			listed = listed && (d.with == "" || slices.Contains(preload, d.with))
+			switch {
+			case fresh != warm && !listed:
+				t.Errorf("fresh and preloaded differ:\nfresh: %+v\nwarm:  %+v", fresh, warm)
+			case fresh == warm && listed:
+				t.Errorf("listed as differing (%s), but fresh and preloaded agree: %+v", why, fresh)
+			case listed:
+				t.Logf("differs as listed (%s):\nfresh: %+v\nwarm:  %+v", why, fresh, warm)
+			}
+		})
+	}
+}
+
+// preloadEnv is the runs' environment: the default, with a home and a
+// matplotlib configuration of the test's own (as the image's MPLCONFIGDIR).
+func preloadEnv(t *testing.T) []string {
+	home := t.TempDir()
+	return append(DefaultEnv(home), "MPLBACKEND=Agg", "MPLCONFIGDIR="+filepath.Join(home, "matplotlib"))
+}
+
+// preloadedModules returns the preload the test uses and the modules that
+// importing it adds to a bare python3's sys.modules, under env.
+func preloadedModules(t *testing.T, env []string) (preload, extra []string) {
+	t.Helper()
+	python, err := findPython("", env)
+	if err != nil {
+		t.Skip(err)
+	}
+	data, _ := ParsePreload(DefaultPreload)
+	if testing.Short() {
+		data = nil // a second of CPU per run
+	}
+	preload = []string{"json", "decimal"}
+	for _, m := range data {
+		if osexec.Command(python, "-I", "-c", "import "+m).Run() == nil {
+			preload = append(preload, m)
+		}
+	}
+	script := fmt.Sprintf("import sys\nb = set(sys.modules)\nfor m in %s:\n    __import__(m)\nprint(sorted(set(sys.modules) - b))\n", pyTuple(preload))
+	var out []byte
+	// Twice: the first builds matplotlib's font list, as the image's build
+	// does, which imports what reading the fonts needs.
+	for range 2 {
+		cmd := osexec.Command(python, "-I", "-c", script)
+		cmd.Env = env
+		if out, err = cmd.Output(); err != nil {
+			t.Fatalf("bare preload: %v", err)
+		}
+	}
+	return preload, moduleList(string(out))
+}
+
+// setDiff returns what of a sorted list got is not in want, and what of
+// want is not in got.
+func setDiff(got, want []string) (more, less []string) {
+	for _, g := range got {
+		if _, found := slices.BinarySearch(want, g); !found {
+			more = append(more, g)
+		}
+	}
+	for _, w := range want {
+		if _, found := slices.BinarySearch(got, w); !found {
+			less = append(less, w)
+		}
+	}
+	return more, less
+}
