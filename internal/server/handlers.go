@@ -59,6 +59,11 @@ func (s *Server) routes() http.Handler {
 // serve routes r: a path and method of the table, the caller admitted for
 // the API's paths, then the handler.
 func (s *Server) serve(table map[string]route, w http.ResponseWriter, r *http.Request, a *audit) {
+	if n := headerBytes(r.Header); n > maxHeaderBytes {
+		s.refuse(w, r, api.Errorf(http.StatusRequestHeaderFieldsTooLarge,
+			"the request's headers hold %d bytes, over the %d this service reads", n, maxHeaderBytes))
+		return
+	}
 	rt, ok := table[r.URL.Path]
 	if !ok {
 		s.refuse(w, r, api.Errorf(http.StatusNotFound, "no such path %q: the API is POST /v1/execute", r.URL.Path))
@@ -83,6 +88,24 @@ func (s *Server) serve(table map[string]route, w http.ResponseWriter, r *http.Re
 		defer done()
 	}
 	rt.handler(w, r)
+}
+
+// maxHeaderBytes bounds what a request's headers may hold: a projected
+// ServiceAccount token, the largest header a client sends, is 1 to 2 KiB.
+// Go's server reads up to http.DefaultMaxHeaderBytes (1 MiB) before any
+// handler runs and answers more than that with a plain-text 431 itself;
+// between the two, this service's JSON 431 says how much was sent.
+const maxHeaderBytes = 32 << 10
+
+// headerBytes counts h as it came on the wire: "Name: value\r\n" each.
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // refuse answers a request refused before its body was read, counts it by

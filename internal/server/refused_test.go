@@ -31,6 +31,7 @@ func TestRefusedCountedAndLogged(t *testing.T) {
 		{"a web page", "POST", "/v1/execute", map[string]string{"Origin": "https://evil.example"}, http.StatusForbidden},
 		{"compressed", "POST", "/v1/execute", map[string]string{"Content-Encoding": "gzip"}, http.StatusUnsupportedMediaType},
 		{"too large", "POST", "/v1/execute", nil, http.StatusRequestEntityTooLarge},
+		{"headers too large", "POST", "/v1/execute", map[string]string{"X-Pad": strings.Repeat("a", maxHeaderBytes)}, http.StatusRequestHeaderFieldsTooLarge},
 	} {
 		b := body
 		if tt.status == http.StatusRequestEntityTooLarge {
@@ -56,6 +57,7 @@ func TestRefusedCountedAndLogged(t *testing.T) {
 		`sandbox_requests_refused_total{code="403"} 1`,
 		`sandbox_requests_refused_total{code="413"} 1`,
 		`sandbox_requests_refused_total{code="415"} 1`,
+		`sandbox_requests_refused_total{code="431"} 1`,
 		`sandbox_build_info{go_version="` + runtime.Version() + `",version="v9.9.9"} 1`,
 	} {
 		if !strings.Contains(metrics, want) {
@@ -78,8 +80,47 @@ func TestRefusedCountedAndLogged(t *testing.T) {
 			}
 		}
 	}
-	// 413 is its execution's line; the other five are refusals of their own.
-	if refusedLines != 5 {
-		t.Errorf("%d refused lines, want 5:\n%s", refusedLines, logs.String())
+	// 413 is its execution's line; the other six are refusals of their own.
+	if refusedLines != 6 {
+		t.Errorf("%d refused lines, want 6:\n%s", refusedLines, logs.String())
+	}
+}
+
+// TestOversizedHeadersAnswerJSON: over a real connection, headers past
+// this service's bound get its JSON 431 (Go's server would answer plain
+// text only past its own 1 MiB); headers just within it run (control).
+func TestOversizedHeadersAnswerJSON(t *testing.T) {
+	s, err := New(Options{Backend: &fakeBackend{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	for _, tt := range []struct {
+		pad    int
+		status int
+	}{
+		{maxHeaderBytes - 1024, http.StatusOK},
+		{maxHeaderBytes, http.StatusRequestHeaderFieldsTooLarge},
+		{512 << 10, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		req, _ := http.NewRequest("POST", ts.URL+"/v1/execute", strings.NewReader(`{"code":"print(1)"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Pad", strings.Repeat("a", tt.pad))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error string `json:"error"`
+		}
+		decErr := json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status {
+			t.Errorf("%d bytes of header: status %d, want %d", tt.pad, resp.StatusCode, tt.status)
+		}
+		if tt.status != http.StatusOK && (decErr != nil || !strings.Contains(body.Error, "headers hold")) {
+			t.Errorf("%d bytes of header: body %+v (%v), want a JSON error saying how much", tt.pad, body, decErr)
+		}
 	}
 }
