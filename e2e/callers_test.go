@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 	"sigs.k8s.io/yaml"
@@ -285,19 +283,11 @@ func (tm *teams) writePolicy(ctx context.Context, t *testing.T, data string) {
 // default ServiceAccount is still being made.
 func (tm *teams) mint(ctx context.Context, t *testing.T, ns, sa, audience string) string {
 	t.Helper()
-	var err error
-	for range 30 {
-		var tr *authnv1.TokenRequest
-		tr, err = tm.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authnv1.TokenRequest{
-			Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](3600)},
-		}, metav1.CreateOptions{})
-		if err == nil {
-			return tr.Status.Token
-		}
-		time.Sleep(time.Second)
+	tok, err := Suite(ctx).Token(ctx, ns, sa, audience, "1h")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("mint a token of %s/%s: %v", ns, sa, err)
-	return ""
+	return tok
 }
 
 func (tm *teams) client(token string) *client.Client {

@@ -66,7 +66,7 @@ func applyCallers(ctx context.Context, k Kubectl) error {
 // read it.
 func (e *Env) CallerToken(ctx context.Context, dir string) error {
 	return e.Phase("caller token", func() error {
-		tok, err := e.Token(ctx, ClientNamespace, "default", tokenLife)
+		tok, err := e.Token(ctx, ClientNamespace, "default", auth.DefaultAudience, tokenLife)
 		if err != nil {
 			return err
 		}
@@ -78,14 +78,14 @@ func (e *Env) CallerToken(ctx context.Context, dir string) error {
 	})
 }
 
-// Token mints a token of ServiceAccount ns/sa for serve, good for life
+// Token mints a token of ServiceAccount ns/sa for audience, good for life
 // (a duration kubectl takes, such as 10m). The ServiceAccount controller
 // makes a namespace's default account a moment after the namespace:
 // kubectl is asked again until it is there.
-func (e *Env) Token(ctx context.Context, ns, sa, life string) (string, error) {
+func (e *Env) Token(ctx context.Context, ns, sa, audience, life string) (string, error) {
 	var lastErr error
 	for range 30 {
-		out, err := e.Kubectl.Run(ctx, nil, "-n", ns, "create", "token", sa, "--audience", auth.DefaultAudience, "--duration", life)
+		out, err := e.Kubectl.Run(ctx, nil, "-n", ns, "create", "token", sa, "--audience", audience, "--duration", life)
 		if err == nil {
 			return strings.TrimSpace(out), nil
 		}
