@@ -10,6 +10,8 @@ import (
 
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/sandboxd/sandbox/e2e/kindenv"
 )
 
 // preloadSettle is how long the test leaves the pools idle, so that every
@@ -21,12 +23,7 @@ const preloadSettle = 20 * time.Second
 // snippet's own imports, and then does what a data agent does.
 const preloadedCode = `import sys
 before = all(m in sys.modules for m in ("numpy", "pandas", "matplotlib.pyplot"))
-import numpy as np, pandas as pd, matplotlib.pyplot as plt
-df = pd.DataFrame({"x": np.arange(100), "y": np.arange(100) ** 2})
-df.describe()
-df.plot(x="x", y="y")
-plt.savefig("plot.png")
-print(before)
+` + kindenv.DataSnippet + `print(before)
 `
 
 // TestWarmPodsPreload: serve's default preload reaches the snippet pods, a

@@ -1,6 +1,7 @@
 // Package bench measures the sandbox service on the kind cluster, every
 // figure in one run, side by side: the floor (a bare python3 started in a
-// pod), warm executions at concurrency 1, 3 and 10, `kubectl run` of the same
+// pod), warm executions at concurrency 1, 3 and 10, a data agent's snippet
+// and print(1) with serve's preload and without, `kubectl run` of the same
 // snippet, the local backend, the pool's refill beside bare pods'
 // create-to-Ready and start rates (a batch, and a churn that deletes each
 // as it gets Ready), a burst on an idle pool, a steady overload, and serve's
@@ -197,6 +198,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		{"floor", b.measureFloor},
 		{"warm", b.measureWarm},
 		{"compare", b.measureCompare},
+		{"data", b.measureData},
 		{"kubectl run", b.measureKubectlRun},
 		{"local backend", b.measureLocal},
 		{"bare pods", b.measureBarePods},

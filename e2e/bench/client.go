@@ -27,10 +27,14 @@ const localPort = 18080
 // the answer's Server-Timing parts and its duration_ms as "run".
 //
 //	floor N            time N bare `python3 -c 'print(1)'` runs, spawn to exit
-//	load URL N C       N requests, C at a time (all C leave at once)
+//	load URL N C [CODE]  N requests, C at a time (all C leave at once); with
+//	                   CODE, that snippet (right when it exits 0) instead of print(1)
+//	fresh N CODE       time N `python3 -c CODE` runs in a temporary directory
+//	imported N CODE    import the data stack, then time N runs of CODE in
+//	                   this python3, each in fresh globals: imports already done
 //	for URL SECONDS C  C workers, each sending one request after another
 //	metrics URL...     print each URL's /metrics after a line "# URL"
-const clientScript = `import concurrent.futures, json, os, subprocess, sys, threading, time, urllib.error, urllib.request
+const clientScript = `import concurrent.futures, contextlib, io, json, os, subprocess, sys, tempfile, threading, time, urllib.error, urllib.request
 lock = threading.Lock()
 def emit(r):
     with lock:
@@ -43,8 +47,8 @@ def timing(h):
             if p.startswith("dur="):
                 parts[name] = float(p[4:])
     return parts
-def post(url):
-    body = json.dumps({"code": "print(1)", "timeout_s": 10}).encode()
+def post(url, code=None):
+    body = json.dumps({"code": code or "print(1)", "timeout_s": 30 if code else 10}).encode()
     with open(os.environ["SANDBOX_TOKEN_FILE"]) as f:
         auth = "Bearer " + f.read().strip()
     req = urllib.request.Request(url + "/v1/execute", data=body, headers={"Content-Type": "application/json", "Authorization": auth})
@@ -53,7 +57,10 @@ def post(url):
     try:
         with urllib.request.urlopen(req, timeout=90) as r:
             b = json.loads(r.read())
-            out.update(status=r.status, id=b.get("sandbox_id") or "", ok=b.get("exit_code") == 0 and b.get("stdout") == "1\n")
+            right = b.get("exit_code") == 0 and (code is not None or b.get("stdout") == "1\n")
+            out.update(status=r.status, id=b.get("sandbox_id") or "", ok=right)
+            if not right:
+                out["error"] = (b.get("stderr") or "")[-200:]
             out["timing"] = timing(r.headers.get("Server-Timing") or "")
             if "duration_ms" in b:
                 out["timing"]["run"] = b["duration_ms"]
@@ -72,14 +79,35 @@ if mode == "floor":
         p = subprocess.run(["python3", "-c", "print(1)"], stdout=subprocess.PIPE)
         ms = (time.perf_counter() - t0) * 1000
         emit({"ms": ms, "status": 200, "ok": p.returncode == 0 and p.stdout == b"1\n"})
+elif mode == "fresh":
+    os.chdir(tempfile.mkdtemp())
+    for _ in range(int(sys.argv[2])):
+        t0 = time.perf_counter()
+        p = subprocess.run(["python3", "-c", sys.argv[3]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        ms = (time.perf_counter() - t0) * 1000
+        emit({"ms": ms, "status": 200, "ok": p.returncode == 0, "error": p.stderr[-200:].decode("utf-8", "replace")})
+elif mode == "imported":
+    os.chdir(tempfile.mkdtemp())
+    import numpy, pandas, matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    code = compile(sys.argv[3], "<snippet>", "exec")
+    for _ in range(int(sys.argv[2])):
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(code, {"__name__": "__main__"})
+        ms = (time.perf_counter() - t0) * 1000
+        matplotlib.pyplot.close("all")
+        emit({"ms": ms, "status": 200, "ok": True})
 elif mode == "load":
     url, n, c = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    code = sys.argv[5] if len(sys.argv) > 5 else None
     first = min(c, n)
     start = threading.Barrier(first)
     def one(i):
         if i < first:
             start.wait()
-        return post(url)
+        return post(url, code)
     with concurrent.futures.ThreadPoolExecutor(c) as ex:
         for r in ex.map(one, range(n)):
             emit(r)
@@ -167,9 +195,10 @@ func (b *Bench) runClient(ctx context.Context, phase string, args ...string) ([]
 	return samples, sc.Err()
 }
 
-// load sends n requests c at a time to url from the client pod.
-func (b *Bench) load(ctx context.Context, phase, url string, n, c int) ([]Sample, error) {
-	s, err := b.runClient(ctx, phase, "load", url, strconv.Itoa(n), strconv.Itoa(c))
+// load sends n requests c at a time to url from the client pod: print(1),
+// or the snippet code when given.
+func (b *Bench) load(ctx context.Context, phase, url string, n, c int, code ...string) ([]Sample, error) {
+	s, err := b.runClient(ctx, phase, append([]string{"load", url, strconv.Itoa(n), strconv.Itoa(c)}, code...)...)
 	if b.sandbox != nil {
 		b.sandbox.used(s)
 	}
