@@ -324,7 +324,7 @@ func TestDeploymentHardened(t *testing.T) {
 }
 
 // TestNoGapInService: what keeps the Service an endpoint while serve pods
-// come and go. Two replicas; a rollout that starts a new pod before it stops
+// come and go. Two replicas, spread across nodes; a rollout that starts a new pod before it stops
 // an old one; a disruption budget that leaves one; a pause before SIGTERM
 // while kube-proxy forgets the deleted pod, inside the grace period with
 // room for the longest run.
@@ -344,6 +344,15 @@ func TestNoGapInService(t *testing.T) {
 	}
 	if !selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
 		t.Error("the disruption budget does not select the Deployment's pods")
+	}
+	spread := false
+	for _, tc := range d.Spec.Template.Spec.TopologySpreadConstraints {
+		if tc.TopologyKey == "kubernetes.io/hostname" && tc.MaxSkew == 1 && tc.LabelSelector != nil && selects(tc.LabelSelector.MatchLabels, d.Spec.Template.Labels) {
+			spread = true
+		}
+	}
+	if !spread {
+		t.Error("no spread of the replicas across nodes: one lost node could take them all")
 	}
 	c := d.Spec.Template.Spec.Containers[0]
 	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 2 {
