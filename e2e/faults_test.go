@@ -40,6 +40,9 @@ const (
 	tickCallEvery = 10
 	// apiOutage is how long the API server is kept away.
 	apiOutage = 60 * time.Second
+	// rolloutRequests is the load during which serve is rolled out: both
+	// replicas are replaced within it.
+	rolloutRequests = 80
 )
 
 // tickScript sends one request a second for argv[2] seconds to the service
@@ -285,14 +288,14 @@ func TestLoadThroughRollout(t *testing.T) {
 				done <- err
 			}()
 			start := time.Now()
-			out := le.run(ctx, t, cfg, loadDisruptRequests)
+			out := le.run(ctx, t, cfg, rolloutRequests)
 			if err := <-done; err != nil {
 				t.Fatalf("rollout restart: %v", err)
 			}
 			if err := waitRollout(ctx, le.cs, false); err != nil {
 				t.Fatalf("the rollout did not finish: %v", err)
 			}
-			s, err := judgeLoad(out, loadDisruptRequests)
+			s, err := judgeLoad(out, rolloutRequests)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -324,7 +327,7 @@ func TestAPIServerOutage(t *testing.T) {
 			le := loadOf(ctx)
 			node := Suite(ctx).NodeName
 			const manifest, aside = "/etc/kubernetes/manifests/kube-apiserver.yaml", "/etc/kubernetes/kube-apiserver.yaml"
-			collect := startTicks(ctx, t, cfg, apiOutage+90*time.Second)
+			collect := startTicks(ctx, t, cfg, apiOutage+60*time.Second)
 			time.Sleep(10 * time.Second)
 
 			onNode(ctx, t, node, "mv", manifest, aside)
@@ -387,8 +390,8 @@ func TestContainerRuntimeRestart(t *testing.T) {
 		Setup(withLoadClient).
 		Assess("answers throughout, whole again after", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			le := loadOf(ctx)
-			collect := startTicks(ctx, t, cfg, 60*time.Second)
-			time.Sleep(15 * time.Second)
+			collect := startTicks(ctx, t, cfg, 45*time.Second)
+			time.Sleep(10 * time.Second)
 			at := time.Now()
 			onNode(ctx, t, Suite(ctx).NodeName, "systemctl", "restart", "containerd")
 			t.Logf("containerd restarted in %s", time.Since(at).Round(100*time.Millisecond))
