@@ -93,6 +93,9 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 			me = nil
 		}
 		unsealed := p.sealErrorLocked()
+		if pod == nil && unsealed == nil {
+			unsealed = p.apiAwayErrorLocked(time.Now())
+		}
 		if pod == nil && unsealed == nil && me == nil {
 			// One refused at once for the seal fault (below) does not wait,
 			// and so does not grow the target for pods that cannot be used.
@@ -109,7 +112,8 @@ func (p *Pool) claim(ctx context.Context, deadline time.Time) (*corev1.Pod, erro
 			return pod, nil
 		}
 		if unsealed != nil {
-			// No pod will come: their runners see the network open.
+			// No pod will come: their runners see the network open, or
+			// the API server is away.
 			return nil, unsealed
 		}
 		select {

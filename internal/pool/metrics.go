@@ -24,6 +24,7 @@ type metrics struct {
 	overdue       prometheus.Counter
 	createErrors  prometheus.Counter
 	unsealed      prometheus.Gauge
+	apiAway       prometheus.Gauge
 
 	all []prometheus.Collector
 }
@@ -65,6 +66,8 @@ func newMetrics() *metrics {
 			"Failed attempts to create a sandbox pod."),
 		unsealed: r.gauge("sandbox_pool_unsealed_pods",
 			"Sandbox pods whose runner reports its network not sealed (its egress reachable: NetworkPolicy not enforced): none is used, and requests get 503 while no other pod is Ready."),
+		apiAway: r.gauge("sandbox_pool_api_unreachable",
+			"1 while the pool's calls to the API server go unanswered: its warm pods are still handed out, none can be made, and a request that finds none gets 503 at once."),
 	}
 	m.all = r.all
 	return m

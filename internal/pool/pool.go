@@ -134,6 +134,7 @@ type Pool struct {
 	closing       bool                 // shutdown began: no new claims
 	empty         bool                 // no warm pod at the last event: logged on each change
 	unsealed      *sealFault           // the pods' runners cannot prove their seal (see seal.go)
+	apiDown       *apiFault            // calls to the API server fail unanswered (see apiaway.go)
 	lastProof     time.Time            // when a new pod last became Ready: proved its seal
 	sealGrace     time.Duration        // sealGrace; tests shorten it
 	sealEvery     time.Duration        // sealCheckEvery; tests shorten it
@@ -239,6 +240,12 @@ func New(o Options) (*Pool, error) {
 		AddFunc:    func(obj any) { p.onPod(obj, false) },
 		UpdateFunc: func(_, obj any) { p.onPod(obj, false) },
 		DeleteFunc: func(obj any) { p.onPod(obj, true) },
+	}); err != nil {
+		return nil, fmt.Errorf("pool: watch pods: %w", err)
+	}
+	if err := p.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		p.noteAPIError(err)
+		cache.DefaultWatchErrorHandler(ctx, r, err)
 	}); err != nil {
 		return nil, fmt.Errorf("pool: watch pods: %w", err)
 	}
@@ -358,6 +365,7 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		return
 	}
 	p.mu.Lock()
+	p.noteAPIOKLocked()
 	if deleted {
 		p.exp.observedGone(pod.Name)
 		delete(p.createdAt, pod.Name)

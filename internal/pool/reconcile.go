@@ -180,9 +180,13 @@ func (p *Pool) createPod(ctx context.Context, name string) error {
 		p.m.createErrors.Inc()
 		if ctx.Err() == nil {
 			p.log.Error("create sandbox pod", "pod", name, "err", err)
+			p.noteAPIError(err)
 		}
 		return err
 	}
+	p.mu.Lock()
+	p.noteAPIOKLocked()
+	p.mu.Unlock()
 	p.log.Debug("created sandbox pod", "pod", name)
 	return nil
 }
