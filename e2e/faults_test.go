@@ -81,6 +81,14 @@ def one(i):
     out["ms"] = round((time.monotonic() - t0) * 1000)
     with lock:
         print(json.dumps(out), flush=True)
+# The pod's own network may be programmed a moment after it runs: start
+# once the service answers.
+for _ in range(120):
+    try:
+        urllib.request.urlopen(url + "/healthz", timeout=2).read()
+        break
+    except Exception:
+        time.sleep(0.5)
 ts, start, i = [], time.monotonic(), 0
 while time.monotonic() - start < secs:
     t = threading.Thread(target=one, args=(i,))
@@ -266,6 +274,17 @@ func waitAPI(ctx context.Context, t *testing.T, up bool, within time.Duration) t
 	return time.Now()
 }
 
+// resultAfter gets a result through the service (trying again on 503s,
+// within execute's bound) and logs how long after since it came.
+func resultAfter(ctx context.Context, t *testing.T, cfg *envconf.Config, since time.Time, what string) {
+	t.Helper()
+	res := execute(ctx, t, forwardToService(ctx, t, cfg), "print(6 * 7)", 10)
+	if res.ExitCode != 0 || res.Stdout != "42\n" {
+		t.Fatalf("after %s: %+v", what, res)
+	}
+	t.Logf("a result %s after %s", time.Since(since).Round(time.Second), what)
+}
+
 // TestLoadThroughRollout: a rolling update of serve (kubectl rollout
 // restart) under load. Every request is answered with a result or the
 // documented 503, no sandbox is used twice, and nothing is left behind.
@@ -341,10 +360,20 @@ func TestAPIServerOutage(t *testing.T) {
 					}
 				}
 			}
-			t.Cleanup(restore)
+			t.Cleanup(func() {
+				if !restored {
+					restore()
+					waitAPI(context.WithoutCancel(ctx), t, true, 3*time.Minute) // for the tests after this one
+				}
+			})
 			// The kubelet stops a static pod whose manifest went within its
-			// file check period; stopping the container makes it now.
-			onNode(ctx, t, node, "sh", "-c", "crictl stop $(crictl ps -q --name '^kube-apiserver$')")
+			// file check period; killing the container makes it now (the
+			// kubelet may be at it already: what counts is the wait below).
+			out, err := exec.CommandContext(ctx, "docker", "exec", node, "sh", "-c",
+				"id=$(crictl ps -q --name '^kube-apiserver$'); [ -z \"$id\" ] || crictl -t 30s stop -t 0 $id").CombinedOutput()
+			if err != nil {
+				t.Logf("stop the API server's container: %v: %s", err, out)
+			}
 			down := waitAPI(ctx, t, false, time.Minute)
 			t.Logf("the API server is away (%s)", down.Format("15:04:05"))
 			time.Sleep(time.Until(down.Add(apiOutage)))
@@ -361,11 +390,10 @@ func TestAPIServerOutage(t *testing.T) {
 			if _, ok := ts.firstOKAfter(down); !ok {
 				t.Logf("no execution sent during the outage got a result")
 			}
-			first, ok := ts.firstOKAfter(up)
-			if !ok {
-				t.Fatalf("no execution got a result after the API server came back")
+			if first, ok := ts.firstOKAfter(up); ok {
+				t.Logf("the client's first result after the API server came back: sent %s after", first.sentAt().Sub(up).Round(time.Second))
 			}
-			t.Logf("first result after the API server came back: sent %s after", first.sentAt().Sub(up).Round(time.Second))
+			resultAfter(ctx, t, cfg, up, "the API server came back")
 			for _, k := range ts {
 				if k.Kind == "call" && !k.sentAt().Before(down) && k.sentAt().Before(up) && !k.OK && k.MS > tickClientS*1000/2 {
 					t.Errorf("tool call %d during the outage took %d ms to fail: want a fast error", k.I, k.MS)
@@ -400,11 +428,10 @@ func TestContainerRuntimeRestart(t *testing.T) {
 			t.Logf("errors before the restart: %s", ts.errorsBetween(time.Time{}, at))
 			t.Logf("errors after it: %s", ts.errorsBetween(at, time.Now()))
 			ts.judge(t)
-			first, ok := ts.firstOKAfter(at.Add(time.Second))
-			if !ok {
-				t.Fatalf("no execution got a result after containerd restarted")
+			if first, ok := ts.firstOKAfter(at.Add(time.Second)); ok {
+				t.Logf("the client's first result after the restart: sent %s after", first.sentAt().Sub(at).Round(time.Second))
 			}
-			t.Logf("first result sent %s after the restart", first.sentAt().Sub(at).Round(time.Second))
+			resultAfter(ctx, t, cfg, at, "containerd restarted")
 			le.waitSettled(ctx, t)
 			t.Logf("whole again (full pools, nothing left over) %s after the restart", time.Since(at).Round(time.Second))
 			return ctx
