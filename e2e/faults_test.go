@@ -40,9 +40,6 @@ const (
 	tickCallEvery = 10
 	// apiOutage is how long the API server is kept away.
 	apiOutage = 60 * time.Second
-	// rolloutRequests is the load during which serve is rolled out: both
-	// replicas are replaced within it.
-	rolloutRequests = 80
 )
 
 // tickScript sends one request a second for argv[2] seconds to the service
@@ -307,14 +304,14 @@ func TestLoadThroughRollout(t *testing.T) {
 				done <- err
 			}()
 			start := time.Now()
-			out := le.run(ctx, t, cfg, rolloutRequests)
+			out := le.run(ctx, t, cfg, loadDisruptRequests)
 			if err := <-done; err != nil {
 				t.Fatalf("rollout restart: %v", err)
 			}
 			if err := waitRollout(ctx, le.cs, false); err != nil {
 				t.Fatalf("the rollout did not finish: %v", err)
 			}
-			s, err := judgeLoad(out, rolloutRequests)
+			s, err := judgeLoad(out, loadDisruptRequests)
 			if err != nil {
 				t.Fatal(err)
 			}
