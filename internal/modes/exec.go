@@ -79,13 +79,13 @@ func (c *ExecCmd) Run(d *Deps) error {
 	if err != nil {
 		return err
 	}
-	res, err := cl.Execute(d.Ctx, req)
-	if err != nil {
-		fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
-		return &ExitError{Code: exitNotRun}
-	}
-	saveErr := c.saveOutputs(d.Stderr, res)
 	if c.JSON {
+		res, err := cl.Execute(d.Ctx, req)
+		if err != nil {
+			fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
+			return &ExitError{Code: exitNotRun}
+		}
+		saveErr := c.saveOutputs(d.Stderr, res)
 		if err := printJSON(d.Stdout, res); err != nil {
 			return err
 		}
@@ -94,8 +94,20 @@ func (c *ExecCmd) Run(d *Deps) error {
 		}
 		return nil
 	}
-	io.WriteString(d.Stdout, res.Stdout)
-	io.WriteString(d.Stderr, res.Stderr)
+	// The output as it comes: its events carry all of what the result's
+	// stdout and stderr say, so those are not printed again.
+	res, err := cl.ExecuteStream(d.Ctx, req, func(stream, text string) {
+		if stream == wire.EventStderr {
+			io.WriteString(d.Stderr, text)
+			return
+		}
+		io.WriteString(d.Stdout, text)
+	})
+	if err != nil {
+		fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
+		return &ExitError{Code: exitNotRun}
+	}
+	saveErr := c.saveOutputs(d.Stderr, res)
 	switch {
 	case saveErr != nil && !res.TimedOut && res.ExitCode == 0:
 		return &ExitError{Code: 1}

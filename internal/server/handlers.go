@@ -153,13 +153,19 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.end()
 	e := &execution{began: time.Now()}
 	defer s.record(auditOf(r.Context()), e)
+	var stream *api.EventStream // set when the client asked for events
 	defer func() {
 		// A panicking backend answers like a failing one, and the server
 		// keeps serving.
 		if p := recover(); p != nil {
 			e.err = fmt.Errorf("backend panicked: %v", p)
 			e.status, e.outcome = http.StatusInternalServerError, wire.OutcomeFailed
-			api.WriteError(w, e.status, "internal error: "+e.err.Error())
+			ae := api.Errorf(e.status, "internal error: %v", e.err)
+			if stream != nil && stream.Stop() {
+				stream.Fail(ae)
+				return
+			}
+			ae.Write(w)
 		}
 	}()
 
@@ -184,36 +190,64 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	e.reached = true
 	ctx, timing := api.WithTiming(r.Context())
+	if api.WantsEventStream(r.Header) {
+		// The same run, its output passed on as it comes (see
+		// api.EventStream); the timing follows the events as a trailer.
+		stream = api.NewEventStream(w, api.ServerTiming)
+		job.Output = stream.Output
+	}
 	res, err := s.opts.Backend.Execute(ctx, job)
 	timing.Add(api.TimingTotal, time.Since(e.began))
 	w.Header().Set(api.ServerTiming, timing.Header())
+	res.RequestID = auditOf(r.Context()).id
+	if stream != nil && stream.Stop() {
+		// Begun: the status is said, and what follows are events.
+		if err != nil {
+			e.err = err
+			var ae *api.Error
+			ae, e.outcome = answerOf(r.Context(), err)
+			e.status = ae.Status
+			stream.Fail(ae)
+			return
+		}
+		e.result, e.status, e.outcome = res, http.StatusOK, res.Outcome()
+		stream.Finish(res)
+		return
+	}
 	if err != nil {
 		e.err = err
 		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
-	res.RequestID = auditOf(r.Context()).id
 	e.result, e.status, e.outcome = res, http.StatusOK, res.Outcome()
+	if stream != nil {
+		stream.Finish(res)
+		return
+	}
 	api.WriteJSON(w, http.StatusOK, res)
 }
 
-// writeErr answers err and returns the status and outcome. An *api.Error
-// chooses the status (and Retry-After); anything else is a 500 naming it.
+// writeErr answers err and returns the status and outcome (see answerOf).
 func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error) (int, string) {
+	ae, outcome := answerOf(ctx, err)
+	ae.Write(w)
+	return ae.Status, outcome
+}
+
+// answerOf is the answer to err and its outcome. An *api.Error chooses the
+// status (and Retry-After); anything else is a 500 naming it.
+func answerOf(ctx context.Context, err error) (*api.Error, string) {
 	if ae, ok := api.AsError(err); ok {
-		ae.Write(w)
 		if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable {
-			return ae.Status, wire.OutcomeFailed
+			return ae, wire.OutcomeFailed
 		}
-		return ae.Status, wire.OutcomeRejected
+		return ae, wire.OutcomeRejected
 	}
 	if ctx.Err() != nil {
 		// Nobody may be listening any more, but say what happened.
-		api.WriteError(w, http.StatusServiceUnavailable, "execution cancelled: "+err.Error())
-		return http.StatusServiceUnavailable, wire.OutcomeCanceled
+		return api.Errorf(http.StatusServiceUnavailable, "execution cancelled: %v", err), wire.OutcomeCanceled
 	}
-	api.WriteError(w, http.StatusInternalServerError, "execution failed: "+err.Error())
-	return http.StatusInternalServerError, wire.OutcomeFailed
+	return api.Errorf(http.StatusInternalServerError, "execution failed: %v", err), wire.OutcomeFailed
 }
 
 // record adds what came of the execution to its audit line and updates the
