@@ -28,6 +28,10 @@ const (
 	// (the pipe is read 32 KiB at a time too), and a slow client holds
 	// up no more than what the run's bounded head already keeps.
 	StreamChunk = 32 << 10
+	// streamLineWait is how long output that ends mid-line waits for the
+	// rest of its line: Python's print writes a line's text and its end in
+	// two writes, which this sends as one event.
+	streamLineWait = 2 * time.Millisecond
 )
 
 // WantsEventStream reports whether a request's Accept header asks for
@@ -119,32 +123,53 @@ func (s *EventStream) Output(stream, text string) {
 }
 
 // flusher sends waiting output: at once after a quiet spell of
-// StreamInterval, else at the interval's end, or sooner once StreamChunk
-// waits.
+// StreamInterval (give or take streamLineWait for the end of a line), else
+// at the interval's end, or sooner once StreamChunk waits.
 func (s *EventStream) flusher() {
 	defer close(s.done)
 	var last time.Time
-	timer := time.NewTimer(0)
-	<-timer.C
 	for {
 		select {
 		case <-s.wake:
 		case <-s.quit:
 			return
 		}
-		for wait := StreamInterval - time.Since(last); wait > 0 && s.waiting() < StreamChunk; wait = StreamInterval - time.Since(last) {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-s.wake:
-				timer.Stop()
-			case <-s.quit:
-				timer.Stop()
-				return
+		if !s.await(func() time.Time { return last.Add(StreamInterval) }) {
+			return
+		}
+		lineBy := time.Now().Add(streamLineWait)
+		if !s.await(func() time.Time {
+			if s.lineEnded() {
+				return time.Time{}
 			}
+			return lineBy
+		}) {
+			return
 		}
 		s.flush()
 		last = time.Now()
+	}
+}
+
+// await waits until the time until says (it is asked again at each new
+// output), or StreamChunk waits; false when the stream stops meanwhile.
+func (s *EventStream) await(until func() time.Time) bool {
+	timer := time.NewTimer(0)
+	<-timer.C
+	for {
+		wait := time.Until(until())
+		if wait <= 0 || s.waiting() >= StreamChunk {
+			return true
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-s.wake:
+			timer.Stop()
+		case <-s.quit:
+			timer.Stop()
+			return false
+		}
 	}
 }
 
@@ -153,6 +178,18 @@ func (s *EventStream) waiting() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pending[0].Len() + s.pending[1].Len()
+}
+
+// lineEnded reports whether what waits ends lines (or nothing waits).
+func (s *EventStream) lineEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.pending {
+		if n := s.pending[i].Len(); n > 0 && s.pending[i].String()[n-1] != '\n' {
+			return false
+		}
+	}
+	return true
 }
 
 // flush sends what waits, one event per stream, the stream whose output
