@@ -138,14 +138,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // execution is what the log line and the metrics record of one request.
 type execution struct {
-	status  int
-	outcome string
-	result  wire.Result
-	job     exec.Job
-	err     error
-	began   time.Time
-	decoded bool // the request was read and is valid
-	reached bool // the job reached the backend
+	status   int
+	outcome  string
+	result   wire.Result
+	job      exec.Job
+	err      error
+	began    time.Time
+	decoded  bool // the request was read and is valid
+	reached  bool // the job reached the backend
+	streamed bool // the client asked for events
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
@@ -195,6 +196,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		// api.EventStream); the timing follows the events as a trailer.
 		stream = api.NewEventStream(w, api.ServerTiming)
 		job.Output = stream.Output
+		e.streamed = true
 	}
 	res, err := s.opts.Backend.Execute(ctx, job)
 	timing.Add(api.TimingTotal, time.Since(e.began))
@@ -267,6 +269,9 @@ func (s *Server) record(a *audit, e *execution) {
 			slog.Int("files", len(e.job.Files)),
 			slog.Int("outputs", len(e.job.Outputs)),
 			slog.Int("code_bytes", len(e.job.Code)))
+	}
+	if e.streamed {
+		attrs = append(attrs, slog.Bool("streamed", true))
 	}
 	if e.status == http.StatusOK {
 		u := e.result.Usage
