@@ -209,7 +209,7 @@ func (s *EventStream) flush() {
 	}
 	for _, i := range []int{first, 1 - first} {
 		if texts[i] != "" {
-			s.event(streamNames[i], texts[i])
+			s.eventJSON(streamNames[i], texts[i])
 			s.sent[i].WriteString(texts[i])
 		}
 	}
@@ -251,7 +251,7 @@ func (s *EventStream) Finish(res wire.Result) error {
 			}
 		}
 		if rest != "" {
-			s.event(streamNames[i], rest)
+			s.eventJSON(streamNames[i], rest)
 		}
 	}
 	s.eventJSON(wire.EventResult, res)
@@ -288,9 +288,6 @@ func (s *EventStream) begin() {
 	}
 	s.w.WriteHeader(http.StatusOK)
 }
-
-// event writes one event whose data is text as a JSON string.
-func (s *EventStream) event(name, text string) { s.eventJSON(name, text) }
 
 // eventJSON writes one event whose data is v's JSON, which is one line:
 // JSON as wire.Marshal writes it escapes every line break.

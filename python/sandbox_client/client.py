@@ -146,11 +146,17 @@ class Client:
         if outputs is not None:
             payload["outputs"] = _outputs(outputs)
         wait_s = _wait_s(timeout_s, EXECUTE_DEFAULT_TIMEOUT_S, EXECUTE_MAX_TIMEOUT_S)
-        obj = self._post("/v1/execute", payload, wait_s, EXECUTE_OVERHEAD_S, on_output, abort)
+        obj, streamed = self._post("/v1/execute", payload, wait_s, EXECUTE_OVERHEAD_S, on_output, abort)
         try:
-            return Result.from_json(obj)
+            result = Result.from_json(obj)
         except MalformedAnswer as e:
             raise SandboxUnavailable(f"POST {self._url('/v1/execute')}: malformed answer: {e}", 200) from None
+        if on_output is not None and not streamed:
+            # A service that does not stream: the output, whole, at the end.
+            for stream, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+                if text:
+                    on_output(stream, text)
+        return result
 
     def call(
         self,
@@ -189,7 +195,7 @@ class Client:
                     raise TypeError(f"env must map str to str, got {type(k).__name__}: {type(v).__name__}")
             payload["env"] = dict(env)
         wait_s = _wait_s(timeout_s, CALL_DEFAULT_TIMEOUT_S, CALL_MAX_TIMEOUT_S)
-        obj = self._post("/v1/call", payload, wait_s, CALL_OVERHEAD_S, abort=abort)
+        obj, _ = self._post("/v1/call", payload, wait_s, CALL_OVERHEAD_S, abort=abort)
         try:
             return CallResult.from_json(obj)
         except MalformedAnswer as e:
@@ -207,11 +213,12 @@ class Client:
         overhead_s: float,
         on_output: Optional[OnOutput] = None,
         abort: Optional[Abort] = None,
-    ) -> Any:
+    ) -> Tuple[Any, bool]:
         """POST payload, retrying a 503 with Retry-After within the budget,
         and return the decoded JSON of a 200 answer (of a streamed one, its
-        result event). An error event, which the service sends when its
-        answer had begun, is raised as its status would be."""
+        result event) and whether the answer was streamed. An error event,
+        which the service sends when its answer had begun, is raised as its
+        status would be."""
         body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode("utf-8")
         if len(body) > self.max_body:
             raise SandboxRequestError(
@@ -242,7 +249,7 @@ class Client:
                 raise SandboxUnavailable(f"POST {url}: HTTP {status} after the run began: {message}", status, rid)
             if ans.status == 200:
                 try:
-                    return json.loads(ans.body)
+                    return json.loads(ans.body), ans.event == "result"
                 except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
                     raise SandboxUnavailable(
                         f"POST {url}: malformed answer: not JSON ({e}): {_snippet(ans.body)}", 200, rid

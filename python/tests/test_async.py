@@ -283,8 +283,8 @@ class AsyncFailClosedTest(unittest.TestCase):
         srv = self.stub(lambda p, b, n: json_reply(200, json.loads(RESULT)))
         got: List[str] = []
         r = run_python("x", client=Client(srv.url), on_output=lambda s, t: got.append(s + ":" + t))
-        # A service that does not stream: the output is the result's, once.
-        self.assertEqual((r.stdout, got), ("a", []))
+        # A service that does not stream: the output, whole, at the end.
+        self.assertEqual((r.stdout, got), ("a", ["stdout:a"]))
         Client(srv.url).execute("x")
 
     def test_connection_refused(self) -> None:
