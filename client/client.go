@@ -69,6 +69,9 @@ type Error struct {
 	// RequestID is the X-Request-Id header: serve's name for the request
 	// in its log.
 	RequestID string
+	// BrokeOff says the error ended a streamed answer that had begun
+	// (ExecuteStream): the run began, and output may have come.
+	BrokeOff bool
 }
 
 func (e *Error) Error() string {

@@ -22,7 +22,7 @@ import (
 //
 // Its errors are Execute's. An error the service met after the run began
 // (the run's pod died, say) comes as an *Error with the status the
-// unstreamed answer would have had. Cancelling ctx closes the connection,
+// unstreamed answer would have had, and BrokeOff set. Cancelling ctx closes the connection,
 // which ends the run. A service that answers with the plain JSON (one from
 // before streaming) still works: output then gets the whole of each stream
 // at the end.
@@ -111,7 +111,7 @@ func readEvents(er *wire.EventReader, output func(stream, text string)) (wire.Re
 			if se.Status < 400 || se.Status > 599 {
 				se.Status = http.StatusBadGateway
 			}
-			return wire.Result{}, &Error{StatusCode: se.Status, Message: se.Error}
+			return wire.Result{}, &Error{StatusCode: se.Status, Message: se.Error, BrokeOff: true}
 		}
 		// An event of another name is for a newer client: skipped.
 	}

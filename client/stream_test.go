@@ -29,7 +29,7 @@ func TestExecuteStream(t *testing.T) {
 			wantOut: "stdout:a|",
 			check: func(t *testing.T, err error) {
 				var e *Error
-				if !errors.As(err, &e) || e.StatusCode != 502 || e.Message != "pod died" || e.RequestID != "req-1" {
+				if !errors.As(err, &e) || e.StatusCode != 502 || e.Message != "pod died" || e.RequestID != "req-1" || !e.BrokeOff {
 					t.Fatalf("%#v", err)
 				}
 			}},

@@ -213,10 +213,12 @@ func describe(err error, url string) string {
 		return err.Error() // no token to send, or a broken answer: it says which
 	}
 	var msg string
-	switch ce.StatusCode {
-	case http.StatusUnauthorized:
+	switch {
+	case ce.BrokeOff:
+		msg = fmt.Sprintf("the run broke off after it began (%d): %s", ce.StatusCode, ce.Message)
+	case ce.StatusCode == http.StatusUnauthorized:
 		msg = fmt.Sprintf("the service did not accept the token (401): %s (set --token-file or SANDBOX_TOKEN_FILE)", ce.Message)
-	case http.StatusForbidden:
+	case ce.StatusCode == http.StatusForbidden:
 		msg = fmt.Sprintf("the service does not let this caller do that (403): %s", ce.Message)
 	default:
 		msg = fmt.Sprintf("the service refused the request (%d): %s", ce.StatusCode, ce.Message)
