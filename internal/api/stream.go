@@ -146,8 +146,11 @@ func (s *EventStream) flusher() {
 		}) {
 			return
 		}
-		s.flush()
-		last = time.Now()
+		// A wake that found its output already sent sends nothing, and
+		// must not delay the next output as if it had.
+		if s.flush() {
+			last = time.Now()
+		}
 	}
 }
 
@@ -193,8 +196,8 @@ func (s *EventStream) lineEnded() bool {
 }
 
 // flush sends what waits, one event per stream, the stream whose output
-// came first first.
-func (s *EventStream) flush() {
+// came first first, and reports whether anything did.
+func (s *EventStream) flush() bool {
 	s.mu.Lock()
 	var texts [2]string
 	first := s.first
@@ -205,7 +208,7 @@ func (s *EventStream) flush() {
 	s.first = -1
 	s.mu.Unlock()
 	if first < 0 {
-		return
+		return false
 	}
 	for _, i := range []int{first, 1 - first} {
 		if texts[i] != "" {
@@ -214,6 +217,7 @@ func (s *EventStream) flush() {
 		}
 	}
 	s.send()
+	return true
 }
 
 // Stop ends the flusher, after which Output drops what it is given, and
