@@ -69,6 +69,9 @@ type Error struct {
 	// RequestID is the X-Request-Id header: serve's name for the request
 	// in its log.
 	RequestID string
+	// BrokeOff says the error ended a streamed answer that had begun
+	// (ExecuteStream): the run began, and output may have come.
+	BrokeOff bool
 }
 
 func (e *Error) Error() string {
@@ -101,18 +104,20 @@ func (c *Client) Ready(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/readyz", nil, nil)
 }
 
-func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+// request builds a request of the API, with the caller's token for /v1/
+// paths.
+func (c *Client) request(ctx context.Context, method, path string, body []byte) (*http.Request, error) {
 	u := c.base.JoinPath(path).String()
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, u, err)
+		return nil, fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	// Only the API asks who is calling; the operators' endpoints
 	// (/readyz) get no token, which they do not need.
 	if c.token != nil && strings.HasPrefix(path, "/v1/") {
 		tok, err := c.token(ctx)
 		if err != nil {
-			return fmt.Errorf("%s %s: not sent: bearer token: %w", method, u, err)
+			return nil, fmt.Errorf("%s %s: not sent: bearer token: %w", method, u, err)
 		}
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
@@ -122,6 +127,15 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	return req, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := c.request(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	u := req.URL.String()
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err // a *url.Error: it names the method and the URL
@@ -149,7 +163,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 // responseError builds the error of a non-2xx answer: an *AuthError, a
 // *QuotaError, or else an *Error.
 func responseError(resp *http.Response, data []byte) error {
-	e := &Error{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+	e := &Error{StatusCode: resp.StatusCode, RequestID: resp.Header.Get(requestIDHeader)}
 	var eb wire.ErrorBody
 	if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
 		e.Message = eb.Error
@@ -168,6 +182,15 @@ func responseError(resp *http.Response, data []byte) error {
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
+	return classify(e)
+}
+
+// requestIDHeader is where the service names a request (X-Request-Id).
+const requestIDHeader = "X-Request-Id"
+
+// classify returns e as the error its status makes it: an *AuthError, a
+// *QuotaError, or e itself.
+func classify(e *Error) error {
 	switch e.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return (*AuthError)(e)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -12,6 +13,10 @@ import (
 // never exceeds the cap whatever the child writes, and a run that prints
 // little allocates little.
 type boundedBuffer struct {
+	// mu guards the buffer while its pipe is read: the drain goroutine
+	// writes, and attach may come from another. Once the readers are done,
+	// finish and String need it no more.
+	mu       sync.Mutex
 	headMax  int
 	head     []byte // the first headMax bytes, grown as they come
 	tailSize int
@@ -22,6 +27,11 @@ type boundedBuffer struct {
 	// Set by finish: the kept head and tail, fitted to the cap.
 	done  bool
 	final []byte
+	// sink, when attached, gets the head's new text as it comes (see
+	// stream); streamed and streamCost are the bytes of head it has had
+	// and what they cost on the wire.
+	sink                 func(text string)
+	streamed, streamCost int
 }
 
 func newBoundedBuffer(max int) *boundedBuffer {
@@ -31,6 +41,9 @@ func newBoundedBuffer(max int) *boundedBuffer {
 
 // Write never fails, so that the reader keeps draining the pipe.
 func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer b.stream()
 	n := len(p)
 	if room := b.headMax - len(b.head); room > 0 {
 		k := min(room, len(p))
@@ -71,6 +84,56 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// attach makes sink get the head's text from now on, starting with what
+// the head holds already.
+func (b *boundedBuffer) attach(sink func(text string)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sink = sink
+	b.stream()
+}
+
+// stream hands the sink the text of the head's bytes it has not had, as
+// far as they are sure to be the start of what String returns: whole runes
+// (one cut by the end of what was read waits for its rest, and a run of
+// invalid bytes for the byte that ends it, since String makes the run one
+// U+FFFD), costing no more on the wire than the head may (finish fits the
+// head to that). So, concatenated, the texts a sink gets are a prefix of
+// String's; past the head they stop, and what String adds (the rest of the
+// head, the marker, the tail) is the caller's to send after the run.
+func (b *boundedBuffer) stream() {
+	if b.sink == nil {
+		return
+	}
+	p := b.head[b.streamed:]
+	n, cost := streamable(p, b.headMax-b.streamCost)
+	if n == 0 {
+		return
+	}
+	b.streamed += n
+	b.streamCost += cost
+	b.sink(validUTF8(string(p[:n])))
+}
+
+// streamable is how many bytes of p stream may hand out, and what they
+// cost: the longest prefix of whole runes costing at most budget that ends
+// with a valid rune.
+func streamable(p []byte, budget int) (n, cost int) {
+	i, c := 0, 0
+	for i < len(p) && utf8.FullRune(p[i:]) {
+		r, size := utf8.DecodeRune(p[i:])
+		rc := costOf(r, size)
+		if c+rc > budget {
+			break
+		}
+		i, c = i+size, c+rc
+		if r != utf8.RuneError || size > 1 {
+			n, cost = i, c
+		}
+	}
+	return n, cost
 }
 
 // truncated reports whether bytes were dropped.

@@ -95,12 +95,23 @@ func FuzzBoundedBuffer(f *testing.F) {
 	f.Add([]byte("caf\xc3\xa9 \xff\xfe \xe2\x82\xac"), uint8(6), uint8(1))
 	f.Add(bytes.Repeat([]byte("é"), 50), uint8(9), uint8(7))
 	f.Add(bytes.Repeat([]byte("\x01\xff<"), 40), uint8(20), uint8(4))
+	f.Add([]byte("a\xff\xfeb"), uint8(40), uint8(1)) // a run of invalid bytes split between writes
 	f.Fuzz(func(t *testing.T, data []byte, max, chunk uint8) {
 		if max == 0 {
 			max = 1
 		}
 		b := newBoundedBuffer(int(max))
-		for p := data; len(p) > 0; {
+		var streamed strings.Builder
+		sink := func(text string) {
+			if !utf8.ValidString(text) || text == "" {
+				t.Fatalf("streamed %q: want valid UTF-8, not empty", text)
+			}
+			streamed.WriteString(text)
+		}
+		for i, p := 0, data; len(p) > 0; i++ {
+			if i == 1 {
+				b.attach(sink) // with the first write's bytes already there
+			}
 			k := min(len(p), int(chunk)+1)
 			b.Write(p[:k])
 			p = p[k:]
@@ -108,6 +119,12 @@ func FuzzBoundedBuffer(f *testing.F) {
 		s := b.String("stdout")
 		if !utf8.ValidString(s) {
 			t.Fatalf("invalid UTF-8: %q", s)
+		}
+		if !strings.HasPrefix(s, streamed.String()) {
+			t.Fatalf("streamed %q, not the start of the result's %q", streamed.String(), s)
+		}
+		if b.streamCost > int(max)/2 {
+			t.Fatalf("streamed %d bytes of cost, over the head's %d", b.streamCost, int(max)/2)
 		}
 		// On the wire each side costs at most its share; the marker line
 		// and the quotes come on top.

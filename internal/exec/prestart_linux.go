@@ -267,7 +267,23 @@ func (p *Interp) run(ctx context.Context, job Job) (wire.Result, error) {
 			closeWrite(p.ctl)
 		}
 	}()
+	// The job's output streams from when the preamble took it: before,
+	// whatever python3 wrote is not the job's (and a run that never took
+	// it is answered ErrNotTaken, not with output).
+	ran := make(chan struct{})
+	var attached sync.WaitGroup
+	if job.Output != nil {
+		attached.Go(func() {
+			select {
+			case <-p.took:
+				p.c.attach(job.Output)
+			case <-ran:
+			}
+		})
+	}
 	end := p.c.waitAndKill(ctx, timeout, p.opts)
+	close(ran)
+	attached.Wait()
 	res := p.c.collect(end)
 	// The child is gone: a message it did not read is dropped, and the
 	// socket ends once the monitor has read what the preamble wrote.

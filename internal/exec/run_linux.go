@@ -234,6 +234,15 @@ type child struct {
 	cgV2           bool
 	oomBefore      int64
 	base           usageBase
+	// out is an isolated run's Job.Output, attached once its init has
+	// become python3.
+	out func(stream, text string)
+}
+
+// attach makes out get the run's output from now on (see Job.Output).
+func (c *child) attach(out func(stream, text string)) {
+	c.stdout.attach(func(text string) { out(wire.EventStdout, text) })
+	c.stderr.attach(func(text string) { out(wire.EventStderr, text) })
 }
 
 // spawn starts the child with its output on pipes being drained, and
@@ -281,6 +290,9 @@ func spawn(opts Options, python string, args, env []string, job *Job, ctl *os.Fi
 		cmd.ExtraFiles = []*os.File{ctl} // ctlFD
 	}
 	c := &child{cmd: cmd, outR: outR, errR: errR}
+	if job != nil {
+		c.out = job.Output
+	}
 	if opts.Sandbox != nil {
 		c.sb, err = prepareSandbox(cmd, opts, python, args, env, job)
 		if err != nil {
@@ -351,6 +363,11 @@ func (c *child) waitAndKill(ctx context.Context, timeout time.Duration, opts Opt
 	// (mounts, files, cgroups) is bounded on its own.
 	if c.sb != nil {
 		end.setupErr = c.sb.handshake(ctx, c.pid)
+		// What the init wrote before it became python3 is not the job's:
+		// only the result says it.
+		if end.setupErr == nil && c.out != nil {
+			c.attach(c.out)
+		}
 	}
 	began := time.Now()
 	timer := time.NewTimer(timeout)

@@ -31,6 +31,18 @@ type Job struct {
 	// Outputs are patterns of files to hand back after the run (see
 	// ValidatePattern and CollectOutputs).
 	Outputs []string
+	// Output, when set, gets the run's output as it is read, from the
+	// moment the job's code may run: stream is wire.EventStdout or
+	// wire.EventStderr, text the next piece of it. Concatenated, one
+	// stream's texts are the start of that stream in the result; they
+	// stop within the first half of the bounded output (the head the
+	// result keeps), and what the result has after them (the rest of the
+	// head, a marker for what was dropped, the tail, a timeout line) is
+	// the caller's to pass on after the run. It is called from the
+	// goroutines that read the pipes, the two streams' at once, and must
+	// return quickly: the pipe is not read while it runs. It is not
+	// called after Run returns.
+	Output func(stream, text string)
 }
 
 // LocalID returns a fresh sandbox id for a run outside any pod (the local

@@ -79,13 +79,13 @@ func (c *ExecCmd) Run(d *Deps) error {
 	if err != nil {
 		return err
 	}
-	res, err := cl.Execute(d.Ctx, req)
-	if err != nil {
-		fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
-		return &ExitError{Code: exitNotRun}
-	}
-	saveErr := c.saveOutputs(d.Stderr, res)
 	if c.JSON {
+		res, err := cl.Execute(d.Ctx, req)
+		if err != nil {
+			fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
+			return &ExitError{Code: exitNotRun}
+		}
+		saveErr := c.saveOutputs(d.Stderr, res)
 		if err := printJSON(d.Stdout, res); err != nil {
 			return err
 		}
@@ -94,8 +94,20 @@ func (c *ExecCmd) Run(d *Deps) error {
 		}
 		return nil
 	}
-	io.WriteString(d.Stdout, res.Stdout)
-	io.WriteString(d.Stderr, res.Stderr)
+	// The output as it comes: its events carry all of what the result's
+	// stdout and stderr say, so those are not printed again.
+	res, err := cl.ExecuteStream(d.Ctx, req, func(stream, text string) {
+		if stream == wire.EventStderr {
+			io.WriteString(d.Stderr, text)
+			return
+		}
+		io.WriteString(d.Stdout, text)
+	})
+	if err != nil {
+		fmt.Fprintf(d.Stderr, "sandbox: exec: %s\n", describe(err, c.URL))
+		return &ExitError{Code: exitNotRun}
+	}
+	saveErr := c.saveOutputs(d.Stderr, res)
 	switch {
 	case saveErr != nil && !res.TimedOut && res.ExitCode == 0:
 		return &ExitError{Code: 1}
@@ -201,10 +213,12 @@ func describe(err error, url string) string {
 		return err.Error() // no token to send, or a broken answer: it says which
 	}
 	var msg string
-	switch ce.StatusCode {
-	case http.StatusUnauthorized:
+	switch {
+	case ce.BrokeOff:
+		msg = fmt.Sprintf("the run broke off after it began (%d): %s", ce.StatusCode, ce.Message)
+	case ce.StatusCode == http.StatusUnauthorized:
 		msg = fmt.Sprintf("the service did not accept the token (401): %s (set --token-file or SANDBOX_TOKEN_FILE)", ce.Message)
-	case http.StatusForbidden:
+	case ce.StatusCode == http.StatusForbidden:
 		msg = fmt.Sprintf("the service does not let this caller do that (403): %s", ce.Message)
 	default:
 		msg = fmt.Sprintf("the service refused the request (%d): %s", ce.StatusCode, ce.Message)

@@ -211,3 +211,34 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version = %q", out.String())
 	}
 }
+
+// firstWrite is a writer that notes when it was first written to.
+type firstWrite struct {
+	bytes.Buffer
+	at time.Time
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	if w.at.IsZero() {
+		w.at = time.Now()
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestExecPrintsAsItComes: `sandbox exec` writes a line the snippet
+// printed a second before the snippet ends, each stream to its own.
+func TestExecPrintsAsItComes(t *testing.T) {
+	url := startServe(t)
+	c := parse(t, "exec", "--url", url, "-c", "import sys, time\nprint('one', flush=True)\n"+
+		"print('e', file=sys.stderr, flush=True)\ntime.sleep(1)\nprint('two')\nsys.exit(4)").Exec
+	var stdout, stderr firstWrite
+	err := c.Run(&Deps{Ctx: context.Background(), Stdout: &stdout, Stderr: &stderr})
+	ended := time.Now()
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 4 || stdout.String() != "one\ntwo\n" || stderr.String() != "e\n" {
+		t.Fatalf("exit %v, stdout %q, stderr %q", err, stdout.String(), stderr.String())
+	}
+	if d := ended.Sub(stdout.at); d < 800*time.Millisecond {
+		t.Errorf("stdout first written %s before the end, want about a second", d)
+	}
+}

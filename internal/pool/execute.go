@@ -176,8 +176,19 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	start := time.Now()
 	timing := api.TimingOf(ctx)
 	defer func() { timing.Add(api.TimingRunner, time.Since(start)) }()
-	var res wire.Result
-	header, err := runnerclient.Post(traced, p.http, addr, "/v1/execute", "sandbox pod "+pod.Name, body, maxResultBytes, &res)
+	var (
+		res    wire.Result
+		header http.Header
+		err    error
+	)
+	if job.Output != nil {
+		// The runner's output is relayed as it comes; a run cut short
+		// below (overdue, the pod dead) has its result made here, which
+		// the stream then says in full (see api.EventStream.Finish).
+		header, err = runnerclient.PostStream(traced, p.http, addr, "/v1/execute", "sandbox pod "+pod.Name, body, maxResultBytes, &res, job.Output)
+	} else {
+		header, err = runnerclient.Post(traced, p.http, addr, "/v1/execute", "sandbox pod "+pod.Name, body, maxResultBytes, &res)
+	}
 	var (
 		refusal *runnerclient.Refusal
 		lost    *runnerclient.Lost

@@ -484,30 +484,50 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.once.Do(func() { close(s.done) })
 
+	// Asked for events (serve relaying a streamed request), the output goes
+	// out as it comes, as serve's own streamed answer does.
+	var stream *api.EventStream
+	if api.WantsEventStream(r.Header) {
+		stream = api.NewEventStream(w, api.ServerTiming)
+		job.Output = stream.Output
+	}
 	res, err := s.interp.Run(r.Context(), job)
+	begun := stream != nil && stream.Stop()
 	res.SandboxID = s.opts.SandboxID
 	log := s.opts.Logger.With("sandbox_id", res.SandboxID, "exit_code", res.ExitCode,
 		"duration_ms", res.DurationMS, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
+	fail := func(status int, msg string) {
+		if begun {
+			stream.Fail(&api.Error{Status: status, Msg: msg})
+			return
+		}
+		api.WriteError(w, status, msg)
+	}
 	switch {
 	case errors.Is(err, exec.ErrNotTaken):
 		// Nothing of the job ran: the pool may send it elsewhere.
 		log.Error("execution refused", "outcome", wire.OutcomeRejected, "error", err)
-		api.WriteError(w, http.StatusServiceUnavailable, "this runner's python3 ended before it took the job; nothing ran, send it to another sandbox: "+err.Error())
+		fail(http.StatusServiceUnavailable, "this runner's python3 ended before it took the job; nothing ran, send it to another sandbox: "+err.Error())
 		return
 	case errors.Is(err, exec.ErrInvalidJob):
 		log.Info("execution refused", "outcome", wire.OutcomeRejected, "error", err)
-		api.WriteError(w, http.StatusBadRequest, err.Error())
+		fail(http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
 		log.Error("execution failed", "outcome", wire.OutcomeFailed, "error", err)
-		api.WriteError(w, http.StatusInternalServerError, err.Error())
+		fail(http.StatusInternalServerError, err.Error())
 		return
 	}
 	log.Info("execution", "outcome", res.Outcome())
 	var timing api.Timing
 	timing.Add(api.TimingRunnerJob, time.Since(began))
 	s.startup.add(&timing, s.born, began)
+	// A header, or after the events a trailer (see api.EventStream).
 	w.Header().Set(api.ServerTiming, timing.Header())
+	if stream != nil {
+		stream.Finish(res)
+		return
+	}
 	api.WriteJSON(w, http.StatusOK, res)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()

@@ -9,13 +9,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Slack is what a run may take beyond its own timeout before serve stops
@@ -69,6 +72,31 @@ func Post(ctx context.Context, hc *http.Client, addr, path, pod string, body []b
 		return nil, fmt.Errorf("build runner request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return read(hc, req, pod, limit, out, nil)
+}
+
+// PostStream is Post asking the runner for its output as it comes (server-
+// sent events, see wire's stream events): output gets each piece, on the
+// caller's goroutine, before PostStream returns the result into out. The
+// header it returns has the answer's trailer (the runner's Server-Timing
+// follows its events) added. Its errors are Post's, and one more: an error
+// the runner met once its answer had begun (an error event) is the
+// *api.Error serve answers, as Refusal.Answer makes it. A runner that
+// answers with plain JSON (an older one) gives no output but the result's.
+func PostStream(ctx context.Context, hc *http.Client, addr, path, pod string, body []byte, limit int64, out *wire.Result,
+	output func(stream, text string)) (http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build runner request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", wire.EventStreamType)
+	return read(hc, req, pod, limit, out, output)
+}
+
+// read sends req and reads the answer into out: plain JSON, or events
+// when output is set and the runner streams.
+func read(hc *http.Client, req *http.Request, pod string, limit int64, out any, output func(stream, text string)) (http.Header, error) {
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, &Lost{Err: err}
@@ -76,6 +104,14 @@ func Post(ctx context.Context, hc *http.Client, addr, path, pod string, body []b
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return resp.Header, &Refusal{Pod: pod, Status: resp.StatusCode, Msg: api.ErrorOf(resp)}
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); output != nil && mt == wire.EventStreamType {
+		err := readEvents(resp.Body, pod, limit, out, output)
+		h := resp.Header.Clone()
+		for k, v := range resp.Trailer {
+			h[k] = v
+		}
+		return h, err
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
@@ -88,4 +124,46 @@ func Post(ctx context.Context, hc *http.Client, addr, path, pod string, body []b
 		return resp.Header, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's answer is not a result: %v", pod, err)}
 	}
 	return resp.Header, nil
+}
+
+// readEvents reads a runner's events to the end of the answer (so that its
+// trailer is read too), passing its output on and its result into out.
+func readEvents(body io.Reader, pod string, limit int64, out any, output func(stream, text string)) error {
+	er := wire.NewEventReader(body, int(limit))
+	var result bool
+	for {
+		ev, err := er.Next()
+		switch {
+		case err == io.EOF && result:
+			return nil
+		case err == io.EOF:
+			return &Lost{Err: errors.New("read runner answer: it ended before its result")}
+		case errors.Is(err, wire.ErrEventTooLarge):
+			return &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's answer is over %d bytes", pod, limit)}
+		case err != nil:
+			return &Lost{Err: fmt.Errorf("read runner answer: %w", err)}
+		case result:
+			continue // nothing follows a result; read to the end
+		}
+		switch ev.Name {
+		case wire.EventStdout, wire.EventStderr:
+			var text string
+			if err := json.Unmarshal(ev.Data, &text); err != nil {
+				return &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's %s event is not a string: %v", pod, ev.Name, err)}
+			}
+			output(ev.Name, text)
+		case wire.EventResult:
+			if err := json.Unmarshal(ev.Data, out); err != nil {
+				return &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's answer is not a result: %v", pod, err)}
+			}
+			result = true
+		case wire.EventError:
+			var se wire.StreamError
+			if err := json.Unmarshal(ev.Data, &se); err != nil || se.Error == "" {
+				return &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's error event is not an error: %.200s", pod, ev.Data)}
+			}
+			// The run began: whatever the status, this pod's one job is spent.
+			return (&Refusal{Pod: pod, Status: se.Status, Msg: se.Error}).Answer()
+		}
+	}
 }

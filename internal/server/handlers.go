@@ -161,14 +161,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // execution is what the log line and the metrics record of one request.
 type execution struct {
-	status  int
-	outcome string
-	result  wire.Result
-	job     exec.Job
-	err     error
-	began   time.Time
-	decoded bool // the request was read and is valid
-	reached bool // the job reached the backend
+	status   int
+	outcome  string
+	result   wire.Result
+	job      exec.Job
+	err      error
+	began    time.Time
+	decoded  bool // the request was read and is valid
+	reached  bool // the job reached the backend
+	streamed bool // the client asked for events
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
@@ -176,13 +177,19 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.end()
 	e := &execution{began: time.Now()}
 	defer s.record(auditOf(r.Context()), e)
+	var stream *api.EventStream // set when the client asked for events
 	defer func() {
 		// A panicking backend answers like a failing one, and the server
 		// keeps serving.
 		if p := recover(); p != nil {
 			e.err = fmt.Errorf("backend panicked: %v", p)
 			e.status, e.outcome = http.StatusInternalServerError, wire.OutcomeFailed
-			api.WriteError(w, e.status, "internal error: "+e.err.Error())
+			ae := api.Errorf(e.status, "internal error: %v", e.err)
+			if stream != nil && stream.Stop() {
+				stream.Fail(ae)
+				return
+			}
+			ae.Write(w)
 		}
 	}()
 
@@ -207,36 +214,65 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	e.reached = true
 	ctx, timing := api.WithTiming(r.Context())
+	if api.WantsEventStream(r.Header) {
+		// The same run, its output passed on as it comes (see
+		// api.EventStream); the timing follows the events as a trailer.
+		stream = api.NewEventStream(w, api.ServerTiming)
+		job.Output = stream.Output
+		e.streamed = true
+	}
 	res, err := s.opts.Backend.Execute(ctx, job)
 	timing.Add(api.TimingTotal, time.Since(e.began))
 	w.Header().Set(api.ServerTiming, timing.Header())
+	res.RequestID = auditOf(r.Context()).id
+	if stream != nil && stream.Stop() {
+		// Begun: the status is said, and what follows are events.
+		if err != nil {
+			e.err = err
+			var ae *api.Error
+			ae, e.outcome = answerOf(r.Context(), err)
+			e.status = ae.Status
+			stream.Fail(ae)
+			return
+		}
+		e.result, e.status, e.outcome = res, http.StatusOK, res.Outcome()
+		stream.Finish(res)
+		return
+	}
 	if err != nil {
 		e.err = err
 		e.status, e.outcome = s.writeErr(r.Context(), w, err)
 		return
 	}
-	res.RequestID = auditOf(r.Context()).id
 	e.result, e.status, e.outcome = res, http.StatusOK, res.Outcome()
+	if stream != nil {
+		stream.Finish(res)
+		return
+	}
 	api.WriteJSON(w, http.StatusOK, res)
 }
 
-// writeErr answers err and returns the status and outcome. An *api.Error
-// chooses the status (and Retry-After); anything else is a 500 naming it.
+// writeErr answers err and returns the status and outcome (see answerOf).
 func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error) (int, string) {
+	ae, outcome := answerOf(ctx, err)
+	ae.Write(w)
+	return ae.Status, outcome
+}
+
+// answerOf is the answer to err and its outcome. An *api.Error chooses the
+// status (and Retry-After); anything else is a 500 naming it.
+func answerOf(ctx context.Context, err error) (*api.Error, string) {
 	if ae, ok := api.AsError(err); ok {
-		ae.Write(w)
 		if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable {
-			return ae.Status, wire.OutcomeFailed
+			return ae, wire.OutcomeFailed
 		}
-		return ae.Status, wire.OutcomeRejected
+		return ae, wire.OutcomeRejected
 	}
 	if ctx.Err() != nil {
 		// Nobody may be listening any more, but say what happened.
-		api.WriteError(w, http.StatusServiceUnavailable, "execution cancelled: "+err.Error())
-		return http.StatusServiceUnavailable, wire.OutcomeCanceled
+		return api.Errorf(http.StatusServiceUnavailable, "execution cancelled: %v", err), wire.OutcomeCanceled
 	}
-	api.WriteError(w, http.StatusInternalServerError, "execution failed: "+err.Error())
-	return http.StatusInternalServerError, wire.OutcomeFailed
+	return api.Errorf(http.StatusInternalServerError, "execution failed: %v", err), wire.OutcomeFailed
 }
 
 // record adds what came of the execution to its audit line and updates the
@@ -256,6 +292,9 @@ func (s *Server) record(a *audit, e *execution) {
 			slog.Int("files", len(e.job.Files)),
 			slog.Int("outputs", len(e.job.Outputs)),
 			slog.Int("code_bytes", len(e.job.Code)))
+	}
+	if e.streamed {
+		attrs = append(attrs, slog.Bool("streamed", true))
 	}
 	if e.status == http.StatusOK {
 		u := e.result.Usage

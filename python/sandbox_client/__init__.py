@@ -11,6 +11,9 @@ Two things an agent needs, standard library only:
 - ``@sandboxed``: the agent's own tool functions run in a one-use pod of the
   agent's image, away from its credentials (``TOOL_SANDBOX=false`` runs them
   here instead).
+- ``AsyncClient``: the same for asyncio (``run_python``, ``call``, and
+  ``stream_python``, which yields the output as it comes, then the Result);
+  ``run_python(..., on_output=callback)`` streams synchronously.
 
 Both fail closed: when the sandbox cannot be used they raise
 ``SandboxUnavailable`` and never run the code in this process.
@@ -20,6 +23,7 @@ The service's address comes from ``SANDBOX_URL``; the agent's image from
 ``SANDBOX_TOKEN_FILE`` names (see Client).
 """
 
+from .aio import AsyncClient, OutputEvent
 from .client import Client
 from .errors import (
     RemoteToolError,
@@ -48,10 +52,12 @@ from .tools import sandboxed, tool_sandbox_enabled
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncClient",
     "CallResult",
     "Client",
     "MAX_IMAGES",
     "MAX_IMAGE_BYTES",
+    "OutputEvent",
     "OutputFile",
     "RUN_PYTHON_DESCRIPTION",
     "RUN_PYTHON_PARAMETERS",

@@ -6,15 +6,20 @@ redirect or a proxy would send the code and the tool's arguments somewhere
 else). A socket timeout alone bounds each read, not the answer: a server
 that sends a byte a second would hold the caller forever, so a timer shuts
 the socket down at the deadline whatever phase the exchange is in.
+
+Asked to stream (on_output), it asks for server-sent events and hands each
+piece of output on as it arrives; an Abort ends such an exchange, or any
+other, from another thread (the asyncio client cancelling a task).
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple
 from urllib.parse import SplitResult
 
 from .errors import SandboxRequestError, SandboxUnavailable
@@ -30,12 +35,67 @@ _USER_AGENT = "sandbox-client-python"
 
 @dataclass(frozen=True)
 class Answer:
-    """An HTTP answer: its status, Retry-After and X-Request-Id headers and body."""
+    """An HTTP answer: its status, Retry-After and X-Request-Id headers and body.
+
+    A streamed answer's body is the data of its last event, which event
+    names: "result" or "error" ("" for a plain answer).
+    """
 
     status: int
     retry_after: Optional[str]
     request_id: Optional[str]
     body: bytes
+    event: str = ""
+
+
+# An output callback: the stream ("stdout" or "stderr") and the new text.
+OnOutput = Callable[[str, str], None]
+
+EVENT_STREAM = "text/event-stream"
+
+
+class Abort:
+    """Ends an exchange in flight from another thread: abort() shuts its
+    socket down, which wakes a blocked read, and post raises
+    SandboxUnavailable. An exchange that starts after abort() ends at once.
+    The service sees the connection close, which ends a run in flight."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._socks: List[socket.socket] = []
+        self.aborted = threading.Event()
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted.set()
+            for s in self._socks:
+                _shutdown(s)
+
+    def _watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.append(sock)
+            if self.aborted.is_set():
+                _shutdown(sock)
+
+    def wait(self, delay: float) -> bool:
+        """Sleep for delay seconds, or less if aborted; report whether it was."""
+        return self.aborted.wait(delay)
+
+
+def _shutdown(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)  # wakes a blocked read on another thread
+    except OSError:
+        pass
+
+
+class _CallbackFailed(Exception):
+    """The caller's own on_output raised: its exception goes to the caller
+    as it is, not as a failure of the exchange."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def post(
@@ -45,6 +105,8 @@ def post(
     timeout: float,
     max_body: Optional[int] = None,
     token: Optional[str] = None,
+    on_output: Optional[OnOutput] = None,
+    abort: Optional[Abort] = None,
 ) -> Answer:
     """POST body as JSON to base + path, with token as its bearer token when
     there is one, and return the answer.
@@ -53,6 +115,11 @@ def post(
     SandboxUnavailable naming the URL and what happened, except that a body
     over max_body, when the connection breaks before the answer, is raised
     as SandboxRequestError 413.
+
+    With on_output it asks for server-sent events: each stdout and stderr
+    event goes to on_output as it arrives, and the answer is the last event
+    (Answer.event). A service that answers plainly gives a plain Answer. An
+    exception on_output raises ends the exchange and is raised as it is.
     """
     url = base.scheme + "://" + base.netloc + base.path.rstrip("/") + path
     host = base.hostname or ""
@@ -68,10 +135,7 @@ def post(
     def expire() -> None:
         expired.set()
         for s in sock_holder:
-            try:
-                s.shutdown(socket.SHUT_RDWR)  # wakes a blocked read on another thread
-            except OSError:
-                pass
+            _shutdown(s)
 
     timer = threading.Timer(timeout, expire)
     timer.daemon = True
@@ -82,11 +146,15 @@ def post(
         # says the connection will close, while the answer still reads from it.
         if conn.sock is not None:
             sock_holder.append(conn.sock)
+            if abort is not None:
+                abort._watch(conn.sock)
         if expired.is_set():
             raise socket.timeout()
+        if abort is not None and abort.aborted.is_set():
+            raise _Aborted()
         headers = {
             "Content-Type": "application/json",
-            "Accept": "application/json",
+            "Accept": EVENT_STREAM if on_output is not None else "application/json",
             "User-Agent": _USER_AGENT,
             "Connection": "close",
         }
@@ -107,6 +175,12 @@ def post(
                     f"(the service closed the connection while it was sent: {type(e).__name__})",
                 ) from e
             raise
+        ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
+        if on_output is not None and resp.status == 200 and ctype == EVENT_STREAM:
+            event, data = _read_events(resp, on_output, url, expired, abort)
+            if expired.is_set():
+                raise socket.timeout()
+            return Answer(resp.status, resp.getheader("Retry-After"), resp.getheader("X-Request-Id"), data, event)
         length = resp.getheader("Content-Length")
         if length is not None and length.isdigit() and int(length) > MAX_ANSWER:
             raise SandboxUnavailable(f"POST {url}: answer of {length} bytes is over the {MAX_ANSWER}-byte limit", resp.status)
@@ -124,11 +198,76 @@ def post(
         return Answer(resp.status, resp.getheader("Retry-After"), resp.getheader("X-Request-Id"), data)
     except (SandboxUnavailable, SandboxRequestError):
         raise
+    except _CallbackFailed as e:
+        raise e.error from None
     except Exception as e:  # every other way the exchange can break: classified below
+        if abort is not None and abort.aborted.is_set() and not expired.is_set():
+            raise SandboxUnavailable(f"POST {url}: cancelled: the connection was closed, which ends the run") from None
         raise SandboxUnavailable(f"POST {url}: {_describe(e, expired.is_set(), timeout)}") from e
     finally:
         timer.cancel()
         conn.close()
+
+
+class _Aborted(Exception):
+    pass
+
+
+def _read_events(
+    resp: http.client.HTTPResponse, on_output: OnOutput, url: str, expired: threading.Event, abort: Optional[Abort]
+) -> Tuple[str, bytes]:
+    """Read server-sent events to the answer's last (result or error) and
+    return its name and data, handing stdout and stderr on as they come.
+    The events, all told, are at most MAX_ANSWER bytes. The end of the
+    answer (the socket shut down, at the deadline or by abort, reads as
+    one too) before that last event is a failure."""
+    buf = b""
+    total = 0
+    name, data = "", b""
+    while True:
+        nl = buf.find(b"\n")
+        if nl < 0:
+            chunk = resp.read1(65536)
+            if not chunk:
+                if expired.is_set():
+                    raise socket.timeout()
+                if abort is not None and abort.aborted.is_set():
+                    raise _Aborted()
+                raise SandboxUnavailable(f"POST {url}: broken answer: it ended before its result", 200)
+            total += len(chunk)
+            if total > MAX_ANSWER:
+                raise SandboxUnavailable(f"POST {url}: answer over the {MAX_ANSWER}-byte limit", 200)
+            buf += chunk
+            continue
+        line, buf = buf[:nl].rstrip(b"\r"), buf[nl + 1 :]
+        if line.startswith(b":"):
+            continue
+        if line:
+            field, _, value = line.partition(b":")
+            if value.startswith(b" "):
+                value = value[1:]
+            if field == b"event":
+                name = value.decode("utf-8", "replace")
+            elif field == b"data":
+                data = data + b"\n" + value if data else value
+            continue
+        if not name and not data:
+            continue  # blank lines between events
+        if name in ("result", "error"):
+            return name, data
+        if name in ("stdout", "stderr"):
+            try:
+                text = json.loads(data)
+            except ValueError:
+                text = None
+            if not isinstance(text, str):
+                raise SandboxUnavailable(f"POST {url}: malformed answer: a {name} event that is not a string", 200)
+            try:
+                on_output(name, text)
+            except Exception as e:
+                raise _CallbackFailed(e) from e
+        # An event of another name is for a newer client: skipped.
+        name, data = "", b""
 
 
 def _describe(e: BaseException, expired: bool, timeout: float) -> str:

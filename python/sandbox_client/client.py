@@ -9,10 +9,11 @@ import math
 import os
 import time
 from email.utils import parsedate_to_datetime
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit
 
 from . import _transport
+from ._transport import Abort, OnOutput
 from ._token import TokenFile
 from .errors import SandboxAuthError, SandboxQuotaExceeded, SandboxRequestError, SandboxUnavailable
 from .jsoncheck import check_json
@@ -115,11 +116,18 @@ class Client:
         files: Optional[FilesArg] = None,
         timeout_s: Optional[int] = None,
         outputs: Optional[Sequence[str]] = None,
+        *,
+        on_output: Optional[OnOutput] = None,
+        abort: Optional[Abort] = None,
     ) -> Result:
         """Run one Python snippet in a fresh sandbox and return its Result.
 
         See run_python for the arguments. A snippet that fails is still a
-        Result; the exceptions are for runs that did not happen.
+        Result; the exceptions are for runs that did not happen. With
+        on_output, the output streams: ``on_output(stream, text)`` is called
+        as the snippet writes (see run_python). abort (an
+        ``_transport.Abort``) lets another thread end the request; the
+        asyncio client uses it.
 
         Raises:
             TypeError: an argument of the wrong type (nothing is sent).
@@ -138,11 +146,17 @@ class Client:
         if outputs is not None:
             payload["outputs"] = _outputs(outputs)
         wait_s = _wait_s(timeout_s, EXECUTE_DEFAULT_TIMEOUT_S, EXECUTE_MAX_TIMEOUT_S)
-        obj = self._post("/v1/execute", payload, wait_s, EXECUTE_OVERHEAD_S)
+        obj, streamed = self._post("/v1/execute", payload, wait_s, EXECUTE_OVERHEAD_S, on_output, abort)
         try:
-            return Result.from_json(obj)
+            result = Result.from_json(obj)
         except MalformedAnswer as e:
             raise SandboxUnavailable(f"POST {self._url('/v1/execute')}: malformed answer: {e}", 200) from None
+        if on_output is not None and not streamed:
+            # A service that does not stream: the output, whole, at the end.
+            for stream, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+                if text:
+                    on_output(stream, text)
+        return result
 
     def call(
         self,
@@ -153,6 +167,7 @@ class Client:
         image: str,
         timeout_s: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
+        abort: Optional[Abort] = None,
     ) -> CallResult:
         """Run ``function`` ("pkg.module:attr.path") with args and kwargs in
         a one-use pod of ``image`` and return the service's answer.
@@ -180,7 +195,7 @@ class Client:
                     raise TypeError(f"env must map str to str, got {type(k).__name__}: {type(v).__name__}")
             payload["env"] = dict(env)
         wait_s = _wait_s(timeout_s, CALL_DEFAULT_TIMEOUT_S, CALL_MAX_TIMEOUT_S)
-        obj = self._post("/v1/call", payload, wait_s, CALL_OVERHEAD_S)
+        obj, _ = self._post("/v1/call", payload, wait_s, CALL_OVERHEAD_S, abort=abort)
         try:
             return CallResult.from_json(obj)
         except MalformedAnswer as e:
@@ -190,9 +205,20 @@ class Client:
         b = self._base
         return b.scheme + "://" + b.netloc + b.path.rstrip("/") + path
 
-    def _post(self, path: str, payload: Mapping[str, Any], timeout_s: float, overhead_s: float) -> Any:
+    def _post(
+        self,
+        path: str,
+        payload: Mapping[str, Any],
+        timeout_s: float,
+        overhead_s: float,
+        on_output: Optional[OnOutput] = None,
+        abort: Optional[Abort] = None,
+    ) -> Tuple[Any, bool]:
         """POST payload, retrying a 503 with Retry-After within the budget,
-        and return the decoded JSON of a 200 answer."""
+        and return the decoded JSON of a 200 answer (of a streamed one, its
+        result event) and whether the answer was streamed. An error event,
+        which the service sends when its answer had begun, is raised as its
+        status would be."""
         body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode("utf-8")
         if len(body) > self.max_body:
             raise SandboxRequestError(
@@ -205,11 +231,25 @@ class Client:
         while True:
             attempts += 1
             token = self._token.read()
-            ans = _transport.post(self._base, path, body, timeout, max_body=self.max_body, token=token)
+            ans = _transport.post(
+                self._base, path, body, timeout, max_body=self.max_body, token=token, on_output=on_output, abort=abort
+            )
             rid = ans.request_id
+            if ans.event == "error":
+                status, message = _stream_error(ans.body)
+                if status is None or message is None:
+                    raise SandboxUnavailable(
+                        f"POST {url}: malformed answer: an error event that is not one: {_snippet(ans.body)}", 200, rid
+                    )
+                # The run had begun: never tried again, whatever the status.
+                if status in (401, 403):
+                    raise SandboxAuthError(status, message, rid)
+                if 400 <= status < 500:
+                    raise SandboxRequestError(status, message, rid)
+                raise SandboxUnavailable(f"POST {url}: HTTP {status} after the run began: {message}", status, rid)
             if ans.status == 200:
                 try:
-                    return json.loads(ans.body)
+                    return json.loads(ans.body), ans.event == "result"
                 except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
                     raise SandboxUnavailable(
                         f"POST {url}: malformed answer: not JSON ({e}): {_snippet(ans.body)}", 200, rid
@@ -226,7 +266,10 @@ class Client:
                     elapsed = time.monotonic() - start
                     if elapsed + delay <= self.retry_budget_s:
                         log.info("sandbox busy (HTTP 503: %s); retrying in %.1fs", message, delay)
-                        time.sleep(delay)
+                        if abort is None:
+                            time.sleep(delay)
+                        elif abort.wait(delay):
+                            raise SandboxUnavailable(f"POST {url}: cancelled while waiting to retry a 503", 503, rid)
                         continue
                     raise SandboxUnavailable(
                         f"POST {url}: HTTP 503: {message or _snippet(ans.body)}; gave up after "
@@ -346,6 +389,22 @@ def _service_message(body: bytes) -> Optional[str]:
     if isinstance(obj, dict) and isinstance(obj.get("error"), str) and obj["error"]:
         return str(obj["error"])
     return None
+
+
+def _stream_error(data: bytes) -> "Tuple[Optional[int], Optional[str]]":
+    """The status and message of an error event's ``{"error", "status"}``."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None, None
+    if not isinstance(obj, dict):
+        return None, None
+    status, message = obj.get("status"), obj.get("error")
+    if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
+        status = 502
+    if not isinstance(message, str) or not message:
+        return None, None
+    return status, message
 
 
 def _snippet(body: bytes, n: int = 200) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import Client, FilesArg
 from .errors import SandboxAuthError, SandboxRequestError
@@ -19,6 +19,7 @@ def run_python(
     *,
     outputs: Optional[Sequence[str]] = None,
     client: Optional[Client] = None,
+    on_output: Optional[Callable[[str, str], None]] = None,
 ) -> Result:
     """Run Python code in a fresh, one-use sandbox and return its Result.
 
@@ -37,6 +38,12 @@ def run_python(
             all; see OutputFile), also after a timeout; ``save_files``
             writes them to disk.
         client: the Client to use; by default one for ``SANDBOX_URL``.
+        on_output: called as the snippet writes, ``on_output(stream, text)``
+            with stream ``"stdout"`` or ``"stderr"`` and the new text, on
+            this thread, before run_python returns. Concatenated, a
+            stream's texts are the Result's ``stdout`` (``stderr``),
+            truncation marker and timeout line included. An exception it
+            raises ends the request (and with it the run) and is raised.
 
     A snippet that fails is still a Result (see ``exit_code``,
     ``timed_out``, ``oom_killed``).
@@ -55,7 +62,7 @@ def run_python(
         TypeError: an argument of the wrong type; nothing was sent.
     """
     c = client if client is not None else Client()
-    return c.execute(code, files=files, timeout_s=timeout_s, outputs=outputs)
+    return c.execute(code, files=files, timeout_s=timeout_s, outputs=outputs, on_output=on_output)
 
 
 RUN_PYTHON_DESCRIPTION = (
