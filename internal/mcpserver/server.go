@@ -71,7 +71,7 @@ type Args struct {
 type Options struct {
 	// Version is the binary's, as the server names itself to clients.
 	Version string
-	// Logger receives the SDK's and the tool's own events; nil discards
+	// Logger receives the tool's events and the SDK's warnings; nil discards
 	// them. Never stdout: over stdio that is the protocol.
 	Logger *slog.Logger
 }
@@ -87,7 +87,7 @@ func New(r Runner, opts Options) *mcp.Server {
 		opts.Version = "dev"
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandbox", Title: "Python sandbox", Version: opts.Version},
-		&mcp.ServerOptions{Logger: log,
+		&mcp.ServerOptions{Logger: slog.New(floor{log.Handler(), slog.LevelWarn}),
 			Instructions: "run_python runs Python code in a one-use sandbox with no network; nothing survives between calls."})
 	t := &tool{runner: r, log: log}
 	mcp.AddTool(s, &mcp.Tool{
@@ -181,3 +181,21 @@ func (p *progress) send(stream, text string) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// floor passes on records at level or above: the SDK logs each session's
+// start and end at info, which over /mcp is every request, already in
+// serve's audit line.
+type floor struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (f floor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= f.level && f.Handler.Enabled(ctx, l)
+}
+
+func (f floor) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return floor{f.Handler.WithAttrs(attrs), f.level}
+}
+
+func (f floor) WithGroup(name string) slog.Handler { return floor{f.Handler.WithGroup(name), f.level} }
