@@ -1,8 +1,10 @@
 // An MCP client nobody here wrote (the official TypeScript SDK's, from npm)
-// against `sandbox mcp`: it lists the tools and calls run_python over stdio.
-// Run by `make mcp-test`, which installs the SDK outside the repository:
+// against `sandbox mcp` over stdio, or serve's /mcp over streamable HTTP: it
+// lists the tools and calls run_python. Run by `make mcp-test`, which
+// installs the SDK outside the repository, and by the e2e suite's TestMCP:
 //
 //   SANDBOX_NPM_DIR=/var/cache/sandbox-npm SANDBOX_BIN=bin/sandbox node client.mjs [sandbox mcp flags...]
+//   SANDBOX_NPM_DIR=/var/cache/sandbox-npm SANDBOX_MCP_URL=http://127.0.0.1:8080/mcp SANDBOX_TOKEN_FILE=token node client.mjs
 //
 // With no flags it starts `sandbox mcp --backend local`.
 import { readFileSync } from "node:fs";
@@ -12,20 +14,29 @@ import { fileURLToPath } from "node:url";
 
 const npmDir = process.env.SANDBOX_NPM_DIR;
 const bin = process.env.SANDBOX_BIN;
-if (!npmDir || !bin) {
-  console.error("client.mjs: set SANDBOX_NPM_DIR (where the SDK is installed) and SANDBOX_BIN (the sandbox binary)");
+const url = process.env.SANDBOX_MCP_URL;
+if (!npmDir || !(bin || url)) {
+  console.error("client.mjs: set SANDBOX_NPM_DIR (where the SDK is installed) and SANDBOX_BIN (the sandbox binary) or SANDBOX_MCP_URL");
   process.exit(2);
 }
 // The SDK lives outside the repository, where ESM resolution does not look.
 const require = createRequire(join(npmDir, "package.json"));
 const { Client } = require("@modelcontextprotocol/sdk/client/index.js");
 const { StdioClientTransport } = require("@modelcontextprotocol/sdk/client/stdio.js");
+const { StreamableHTTPClientTransport } = require("@modelcontextprotocol/sdk/client/streamableHttp.js");
 
 const here = dirname(fileURLToPath(import.meta.url));
 const chart = readFileSync(join(here, "chart.py"), "utf8");
 const flags = process.argv.slice(2).length ? process.argv.slice(2) : ["--backend", "local"];
 
-const transport = new StdioClientTransport({ command: bin, args: ["mcp", ...flags], stderr: "inherit" });
+function httpTransport() {
+  const headers = {};
+  if (process.env.SANDBOX_TOKEN_FILE) {
+    headers.Authorization = `Bearer ${readFileSync(process.env.SANDBOX_TOKEN_FILE, "utf8").trim()}`;
+  }
+  return new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
+}
+const transport = url ? httpTransport() : new StdioClientTransport({ command: bin, args: ["mcp", ...flags], stderr: "inherit" });
 const client = new Client({ name: "sandbox-mcp-test", version: "1" });
 await client.connect(transport);
 
@@ -44,7 +55,20 @@ async function check(name, fn) {
 function expect(cond, what) {
   if (!cond) throw new Error(what);
 }
-const run = (args) => client.callTool({ name: "run_python", arguments: args }, undefined, { timeout: 60000 });
+// run calls run_python, waiting out a sandbox service with no free sandbox
+// (a warm pool refilling: the protocol error -32050 with status 503) as an
+// agent's host would.
+async function run(args) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await client.callTool({ name: "run_python", arguments: args }, undefined, { timeout: 60000 });
+    } catch (e) {
+      const data = e.data || {};
+      if (e.code !== -32050 || data.status !== 503 || attempt >= 30) throw e;
+      await new Promise((r) => setTimeout(r, 1000 * Math.max(1, data.retry_after_s || 1)));
+    }
+  }
+}
 
 await check("lists run_python", async () => {
   const { tools } = await client.listTools();
