@@ -137,7 +137,7 @@ func TestMCP(t *testing.T) {
 				t.Fatalf("tools %+v, %v", tools, err)
 			}
 			res := callRunPython(ctx, t, cs, map[string]any{
-				"code": "import numpy as np, matplotlib.pyplot as plt\nplt.plot(np.arange(5)); plt.savefig('chart.png')\nprint(np.arange(5).sum())",
+				"code":    "import numpy as np, matplotlib.pyplot as plt\nplt.plot(np.arange(5)); plt.savefig('chart.png')\nprint(np.arange(5).sum())",
 				"outputs": []string{"chart.png"}, "timeout_s": 30})
 			if len(res.Content) != 2 || res.IsError {
 				t.Fatalf("result %+v, want the text and the chart", res.Content)
