@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -44,9 +46,47 @@ func (s *Server) mcpHandler() http.Handler {
 		MaxRequestBodyBytes: s.opts.MaxBody + mcpEnvelope,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestCtxKey{}, r.Context())))
+		jw := &jsonErrors{ResponseWriter: w}
+		h.ServeHTTP(jw, r.WithContext(context.WithValue(r.Context(), requestCtxKey{}, r.Context())))
+		if jw.status != 0 {
+			s.refuse(w, r, api.Errorf(jw.status, "%s", strings.TrimSpace(jw.msg.String())))
+		}
 	})
 }
+
+// maxSDKError bounds what jsonErrors keeps of a refusal's text: the SDK's
+// are a line.
+const maxSDKError = 4 << 10
+
+// jsonErrors holds back the SDK's own refusals, which it writes as plain
+// text (a wrong Content-Type or Accept, a body over its bound, a Host
+// header refused), so that they can be answered as every 4xx of serve is:
+// JSON {"error"}, counted and in the audit line. Anything else passes.
+type jsonErrors struct {
+	http.ResponseWriter
+	status int // a refusal held back; 0 for none
+	msg    bytes.Buffer
+}
+
+func (w *jsonErrors) WriteHeader(code int) {
+	if code >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.status = code
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *jsonErrors) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		return w.ResponseWriter.Write(b)
+	}
+	w.msg.Write(b[:min(len(b), max(0, maxSDKError-w.msg.Len()))])
+	return len(b), nil
+}
+
+// Unwrap lets http.ResponseController, with which the SDK flushes its
+// event stream, reach the connection.
+func (w *jsonErrors) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // mcpRunner runs /mcp's run_python calls on the server's backend, each
 // admitted, validated, logged and counted as one POST /v1/execute.

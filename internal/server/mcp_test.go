@@ -79,20 +79,26 @@ func TestMCPFrontDoor(t *testing.T) {
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`
+	const (
+		ctype  = "application/json"
+		accept = "application/json, text/event-stream"
+	)
 	for _, c := range []struct {
-		name, method, token string
-		status              int
-		want                string
+		name, method, token, ctype, accept string
+		status                             int
+		want                               string
 	}{
-		{"no token", http.MethodPost, "", 401, "no token"},
-		{"a caller the policy does not name", http.MethodPost, "else", 403, stranger.User},
-		{"GET, the SSE stream a stateless server does not offer", http.MethodGet, "bot", 405, "use POST"},
-		{"granted", http.MethodPost, "bot", 200, ""},
+		{"no token", http.MethodPost, "", ctype, accept, 401, "no token"},
+		{"a caller the policy does not name", http.MethodPost, "else", ctype, accept, 403, stranger.User},
+		{"GET, the SSE stream a stateless server does not offer", http.MethodGet, "bot", ctype, accept, 405, "use POST"},
+		{"the SDK's own refusal, made JSON: no event stream accepted", http.MethodPost, "bot", ctype, "application/json", 400, "Accept must contain"},
+		{"the SDK's own refusal, made JSON: not JSON", http.MethodPost, "bot", "text/plain", accept, 415, "Content-Type must be"},
+		{"granted", http.MethodPost, "bot", ctype, accept, 200, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req, _ := http.NewRequest(c.method, ts.URL+MCPPath, strings.NewReader(init))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Content-Type", c.ctype)
+			req.Header.Set("Accept", c.accept)
 			if c.token != "" {
 				req.Header.Set("Authorization", "Bearer "+c.token)
 			}
