@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,5 +371,51 @@ func TestProgress(t *testing.T) {
 	mu.Lock()
 	if len(got) != 0 {
 		t.Errorf("%d notifications without a progress token", len(got))
+	}
+}
+
+// TestProgressOverHTTP: progress reaches the client over the streamable
+// HTTP transport in stateless mode too (as serve mounts it at /mcp), on the
+// call's own response stream, before the result.
+func TestProgressOverHTTP(t *testing.T) {
+	f := &fakeRunner{output: [][2]string{{"stdout", "tick\n"}, {"stdout", "tock\n"}}}
+	srv := New(f, Options{})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{Stateless: true}))
+	defer ts.Close()
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, r.Params.Message)
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}}
+	params.SetProgressToken(7)
+	if _, err := cs.CallTool(ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, "") != "tick\ntock\n" {
+		t.Errorf("progress messages %q, want tick and tock", got)
 	}
 }
