@@ -419,3 +419,38 @@ func TestProgressOverHTTP(t *testing.T) {
 		t.Errorf("progress messages %q, want tick and tock", got)
 	}
 }
+
+// TestProgressBound: past MaxProgressBytes one notification says the rest
+// is left to the result, and no more are sent.
+func TestProgressBound(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	big := strings.Repeat("x", MaxProgressBytes-1)
+	f := &fakeRunner{output: [][2]string{{"stdout", big}, {"stdout", "yy"}, {"stderr", "zz"}}}
+	cs := connect(t, f, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r.Params.Message)
+	}})
+	params := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}}
+	params.SetProgressToken("t")
+	if _, err := cs.CallTool(context.Background(), params); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // room for a third, which must not come
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != big || !strings.Contains(got[1], "not sent as progress") {
+		t.Errorf("%d notifications, want the output and then the note alone", len(got))
+	}
+}
