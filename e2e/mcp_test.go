@@ -112,8 +112,10 @@ func TestMCP(t *testing.T) {
 			if status != http.StatusUnauthorized || json.Unmarshal([]byte(body), &eb) != nil || !strings.Contains(eb.Error, "no token") {
 				t.Errorf("no token: %d %s, want 401 saying no token", status, body)
 			}
-			tm := &teams{cs: clientset(ctx, t)}
-			stranger := tm.mint(ctx, t, kindenv.Namespace, "default", auth.DefaultAudience)
+			stranger, err := Suite(ctx).Token(ctx, kindenv.Namespace, "default", auth.DefaultAudience, "10m")
+			if err != nil {
+				t.Fatal(err)
+			}
 			if status, body := postMCP(ctx, t, base, stranger, mcpInitialize); status != http.StatusForbidden || !strings.Contains(body, ":default") {
 				t.Errorf("a caller the policy names nowhere: %d %s, want 403 naming it", status, body)
 			}
