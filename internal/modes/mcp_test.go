@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	osexec "os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -163,5 +164,31 @@ func TestMCPStdioRemote(t *testing.T) {
 	var werr *jsonrpc.Error
 	if !errors.As(err, &werr) || werr.Code != mcpserver.CodeUnavailable || !strings.Contains(werr.Message, "unavailable") {
 		t.Errorf("no service: %v, want a protocol error", err)
+	}
+}
+
+// TestMCPTypeScriptClientOverHTTP: the TypeScript SDK's client (make
+// mcp-test installs it) runs client.mjs against serve's /mcp over
+// streamable HTTP, serve being a process of its own. Skipped, saying so,
+// where the SDK is not installed.
+func TestMCPTypeScriptClientOverHTTP(t *testing.T) {
+	npmDir := os.Getenv("MCP_NPM_DIR")
+	if npmDir == "" {
+		npmDir = "/var/cache/sandbox-npm"
+	}
+	if _, err := os.Stat(filepath.Join(npmDir, "node_modules/@modelcontextprotocol/sdk/package.json")); err != nil {
+		t.Skipf("the TypeScript SDK is not installed in %s (make mcp-test installs it)", npmDir)
+	}
+	if _, err := osexec.LookPath("node"); err != nil {
+		t.Skip("no node")
+	}
+	url := startServeProcess(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := osexec.CommandContext(ctx, "node", "../mcpserver/testdata/client.mjs")
+	cmd.Env = append(os.Environ(), "SANDBOX_NPM_DIR="+npmDir, "SANDBOX_MCP_URL="+url+"/mcp")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), " 0 failed") {
+		t.Errorf("client.mjs: %v\n%s", err, out)
 	}
 }
