@@ -229,8 +229,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, res)
 }
 
-// writeErr answers err and returns the status and outcome. An *api.Error
-// chooses the status (and Retry-After); anything else is a 500 naming it.
+// writeErr answers err (see answerOf) and returns the status and outcome.
 func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error) (int, string) {
 	ae, outcome := answerOf(ctx, err)
 	ae.Write(w)
