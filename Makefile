@@ -4,7 +4,7 @@ BIN     := bin/sandbox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/sandboxd/sandbox/internal/modes.version=$(VERSION)
 
-.PHONY: build dist run test unit python-test lint bench bench-kind fmt vet clean
+.PHONY: build dist run test unit python-test mcp-test lint bench bench-kind fmt vet clean
 
 # GOBUILD is how every binary is built: static, without local paths,
 # stamped with VERSION.
@@ -35,7 +35,7 @@ test: unit lint e2e
 
 # unit is the quick everyday target: no cluster, no Docker. It covers the root
 # module only; the e2e suite is a module of its own (e2e/go.mod).
-unit: python-test
+unit: python-test mcp-test
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
@@ -45,6 +45,25 @@ unit: python-test
 PYTHON ?= python3
 python-test: build
 	cd python && SANDBOX_BIN=$(CURDIR)/$(BIN) PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tests -t .
+
+# mcp-test runs an MCP client nobody here wrote, the official TypeScript
+# SDK's (pinned; from npm into MCP_NPM_DIR, outside the repository, once),
+# against `sandbox mcp --backend local` on stdio: it lists the tools and
+# calls run_python (internal/mcpserver/testdata/client.mjs). Skipped, in so
+# many words, only when npm cannot reach its registry.
+MCP_SDK_VERSION ?= 1.32.2
+MCP_NPM_DIR ?= /var/cache/sandbox-npm
+mcp-test: build
+	@sdk=$(MCP_NPM_DIR)/node_modules/@modelcontextprotocol/sdk/package.json; \
+	if [ "$$(node -p "require('$$sdk').version" 2>/dev/null)" != "$(MCP_SDK_VERSION)" ]; then \
+	  if ! npm ping >/dev/null 2>&1; then \
+	    echo "mcp-test: SKIPPED: npm cannot reach its registry to install @modelcontextprotocol/sdk@$(MCP_SDK_VERSION)"; exit 0; \
+	  fi; \
+	  mkdir -p $(MCP_NPM_DIR) && cd $(MCP_NPM_DIR) && { [ -f package.json ] || echo '{"private":true}' > package.json; } && \
+	  npm install --no-package-lock --no-audit --no-fund --loglevel=error @modelcontextprotocol/sdk@$(MCP_SDK_VERSION) || exit 1; \
+	  cd $(CURDIR); \
+	fi; \
+	SANDBOX_NPM_DIR=$(MCP_NPM_DIR) SANDBOX_BIN=$(CURDIR)/$(BIN) node internal/mcpserver/testdata/client.mjs --backend local --log-level warn
 
 # lint adds staticcheck (pinned, from the module proxy) to the unit target's
 # go vet, vets the e2e module (e2e/go.mod, with its build tag) too, and vets

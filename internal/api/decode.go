@@ -60,6 +60,22 @@ func Decode(r io.Reader) (exec.Job, error) {
 	return validJob(&req)
 }
 
+// Validate checks a request that came in another envelope than a body of
+// its own (the MCP tool's arguments) exactly as Decode checks a body: it is
+// encoded as a client would send it, and refused with a 413 over maxBody,
+// so that the same request gets the same answer whichever door it took.
+func Validate(req wire.ExecuteRequest, maxBody int64) (exec.Job, error) {
+	body, err := wire.Marshal(req)
+	if err != nil {
+		return exec.Job{}, Errorf(http.StatusBadRequest, "malformed request: %v", err)
+	}
+	if int64(len(body)) > maxBody {
+		return exec.Job{}, Errorf(http.StatusRequestEntityTooLarge,
+			"request too large: %d bytes as JSON, the limit is %d bytes: send less code or smaller files", len(body), maxBody)
+	}
+	return Decode(bytes.NewReader(body))
+}
+
 // Field names of the request and of a file, exactly as spelled on the wire.
 var (
 	requestKeys = map[string]bool{"code": true, "timeout_s": true, "files": true, "outputs": true}

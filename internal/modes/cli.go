@@ -19,6 +19,7 @@ type CLI struct {
 	Run       RunCmd       `cmd:"" help:"Pod entrypoint: run exactly one snippet, then exit."`
 	Serve     ServeCmd     `cmd:"" help:"Serve the sandbox HTTP API."`
 	Exec      ExecCmd      `cmd:"" help:"Send a snippet to a sandbox service and print its output."`
+	MCP       MCPCmd       `cmd:"" name:"mcp" help:"Serve the run_python tool over MCP on stdio, for a desktop assistant or an IDE agent."`
 	Manifests ManifestsCmd `cmd:"" help:"Print the Kubernetes manifests that deploy the service."`
 	Verify    VerifyCmd    `cmd:"" help:"Prove the deployment's security properties against a live cluster."`
 	Version   VersionCmd   `cmd:"" help:"Print the version."`

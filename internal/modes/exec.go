@@ -123,10 +123,7 @@ func (c *ExecCmd) Run(d *Deps) error {
 
 // client is the client of --url, with the token of --token-file.
 func (c *ExecCmd) client() (*client.Client, error) {
-	if c.TokenFile == "" {
-		return client.New(c.URL)
-	}
-	return client.New(c.URL, client.WithTokenSource(client.TokenFile(c.TokenFile)))
+	return newClient(c.URL, c.TokenFile)
 }
 
 // request builds the body from the flags; stdin backs "-".

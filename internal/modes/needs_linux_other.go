@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 
+	"github.com/sandboxd/sandbox/internal/mcpserver"
 	"github.com/sandboxd/sandbox/internal/server"
 )
 
@@ -27,4 +28,9 @@ func (c *RunCmd) Run(*Deps) error { return needsLinux("sandbox run") }
 // localBackend refuses: the local backend runs snippets here.
 func (c *ServeCmd) localBackend(*Deps, *slog.Logger) (server.Backend, func(), error) {
 	return nil, nil, needsLinux("serve --backend local (the default outside a cluster)")
+}
+
+// localRunner refuses: the local backend runs snippets here.
+func (c *MCPCmd) localRunner(*Deps, *slog.Logger) (mcpserver.Runner, func(), error) {
+	return nil, nil, needsLinux("sandbox mcp --backend local")
 }

@@ -15,6 +15,7 @@ func TestNeedsLinux(t *testing.T) {
 		{"run", "--code-file", "-"},
 		{"run"},
 		{"serve", "--backend", "local", "--listen", "127.0.0.1:0"},
+		{"mcp", "--backend", "local"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := Main(args, &stdout, &stderr)

@@ -109,14 +109,8 @@ func (g *Gate) explain(why string) {
 func (g *Gate) Admit(id auth.Identity, k Kind) (c Caller, done func(), err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.policy == nil {
-		return Caller{}, nil, &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5 * time.Second, Msg: g.why}
-	}
-	c, ok := g.policy.For(id)
-	if !ok {
-		return Caller{}, nil, api.Errorf(http.StatusForbidden, "%s is not a caller this service's policy names", id.User)
-	}
-	if err := c.Allows(id, k, "", 0); err != nil {
+	c, err = g.grant(id, k)
+	if err != nil {
 		return Caller{}, nil, err
 	}
 	q := g.quotas[c.Subject]
@@ -139,4 +133,29 @@ func (g *Gate) Admit(id auth.Identity, k Kind) (c Caller, done func(), err error
 			g.mu.Unlock()
 		})
 	}, nil
+}
+
+// Grant is Admit without the quota: it says whether id may make requests
+// of kind k at all. A door that carries several requests in one (an MCP
+// session's messages over /mcp) checks it per HTTP request, and Admits
+// each request of k it carries.
+func (g *Gate) Grant(id auth.Identity, k Kind) (Caller, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.grant(id, k)
+}
+
+// grant is Grant with g.mu held.
+func (g *Gate) grant(id auth.Identity, k Kind) (Caller, error) {
+	if g.policy == nil {
+		return Caller{}, &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5 * time.Second, Msg: g.why}
+	}
+	c, ok := g.policy.For(id)
+	if !ok {
+		return Caller{}, api.Errorf(http.StatusForbidden, "%s is not a caller this service's policy names", id.User)
+	}
+	if err := c.Allows(id, k, "", 0); err != nil {
+		return Caller{}, err
+	}
+	return c, nil
 }

@@ -118,6 +118,32 @@ func TestGateGrants(t *testing.T) {
 	}
 }
 
+// TestGateGrantTakesNoQuota: Grant answers as Admit does, and any number
+// of Grants leave the caller's quota whole.
+func TestGateGrantTakesNoQuota(t *testing.T) {
+	g := NewGate()
+	if _, err := g.Grant(bot, Snippet); status(err) != http.StatusServiceUnavailable {
+		t.Fatalf("before a policy: %v, want 503", err)
+	}
+	g.Set(&Policy{Callers: []Caller{{Subject: bot.User, Snippets: true, MaxInFlight: 1, RequestsPerMinute: 1, MaxTimeoutS: 10}}})
+	if _, err := g.Grant(lab, Snippet); status(err) != http.StatusForbidden {
+		t.Errorf("unnamed caller: %v, want 403", err)
+	}
+	if _, err := g.Grant(bot, ToolCall); status(err) != http.StatusForbidden {
+		t.Errorf("a caller granted no image: %v, want 403", err)
+	}
+	for range 5 {
+		if c, err := g.Grant(bot, Snippet); err != nil || c.Subject != bot.User {
+			t.Fatalf("grant: %+v %v", c, err)
+		}
+	}
+	if _, done, err := g.Admit(bot, Snippet); err != nil {
+		t.Errorf("admit after grants: %v, want the whole quota left", err)
+	} else {
+		done()
+	}
+}
+
 func TestGateQuotas(t *testing.T) {
 	p, err := Parse([]byte(example), deployed)
 	if err != nil {

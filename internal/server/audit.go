@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/auth"
@@ -27,8 +28,12 @@ type audit struct {
 	// apply (authentication off).
 	grant  *policy.Caller
 	status int
-	level  slog.Level
-	attrs  []slog.Attr
+
+	// mu guards level and attrs: /mcp adds them from the MCP server's
+	// goroutines, which the front door waits for before it logs.
+	mu    sync.Mutex
+	level slog.Level
+	attrs []slog.Attr
 }
 
 type auditKey struct{}
@@ -44,6 +49,8 @@ func auditOf(ctx context.Context) *audit {
 
 // add records attrs, at level when that is more severe than what was there.
 func (a *audit) add(level slog.Level, attrs ...slog.Attr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.attrs = append(a.attrs, attrs...)
 	a.level = max(a.level, level)
 }
@@ -58,8 +65,10 @@ func codeHash(code string) string {
 // logRequest writes a's line. Health checks and scrapes come every few
 // seconds from the kubelet and Prometheus: they log at debug level.
 func (s *Server) logRequest(r *http.Request, a *audit) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	level := a.level
-	if r.URL.Path != "/v1/execute" && r.URL.Path != "/v1/call" && a.status < 400 {
+	if r.URL.Path != "/v1/execute" && r.URL.Path != "/v1/call" && r.URL.Path != MCPPath && a.status < 400 {
 		level = slog.LevelDebug
 	}
 	attrs := append([]slog.Attr{

@@ -27,6 +27,10 @@ type route struct {
 	// kind is what the policy judges a request of the path as; nil for a
 	// path open to anyone who reaches serve (health, metrics).
 	kind *policy.Kind
+	// perCall: the path's requests carry requests of kind (an MCP
+	// session's run_python calls) that its handler admits one by one;
+	// the front door checks the caller's grant but takes no quota.
+	perCall bool
 }
 
 // routes builds the handler. It routes by hand rather than with
@@ -35,13 +39,14 @@ type route struct {
 func (s *Server) routes() http.Handler {
 	metricsHandler := promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	table := map[string]route{
-		"/v1/execute": {[]string{http.MethodPost}, s.execute, ptr(policy.Snippet)},
-		"/healthz":    {[]string{http.MethodGet, http.MethodHead}, s.healthz, nil},
-		"/readyz":     {[]string{http.MethodGet, http.MethodHead}, s.readyz, nil},
-		"/metrics":    {[]string{http.MethodGet, http.MethodHead}, metricsHandler.ServeHTTP, nil},
+		"/v1/execute": {[]string{http.MethodPost}, s.execute, ptr(policy.Snippet), false},
+		MCPPath:       {[]string{http.MethodPost}, s.mcpHandler().ServeHTTP, ptr(policy.Snippet), true},
+		"/healthz":    {[]string{http.MethodGet, http.MethodHead}, s.healthz, nil, false},
+		"/readyz":     {[]string{http.MethodGet, http.MethodHead}, s.readyz, nil, false},
+		"/metrics":    {[]string{http.MethodGet, http.MethodHead}, metricsHandler.ServeHTTP, nil, false},
 	}
 	if s.opts.Caller != nil {
-		table["/v1/call"] = route{[]string{http.MethodPost}, s.call, ptr(policy.ToolCall)}
+		table["/v1/call"] = route{[]string{http.MethodPost}, s.call, ptr(policy.ToolCall), false}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := &audit{id: newRequestID(), began: time.Now()}
@@ -80,7 +85,11 @@ func (s *Server) serve(table map[string]route, w http.ResponseWriter, r *http.Re
 		return
 	}
 	if rt.kind != nil {
-		done, err := s.admit(r, a, *rt.kind)
+		enter := s.admit
+		if rt.perCall {
+			enter = s.authorize
+		}
+		done, err := enter(r, a, *rt.kind)
 		if err != nil {
 			s.refuse(w, r, err)
 			return
@@ -252,15 +261,16 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, res)
 }
 
-// writeErr answers err and returns the status and outcome (see answerOf).
+// writeErr answers err (see answerOf) and returns the status and outcome.
 func (s *Server) writeErr(ctx context.Context, w http.ResponseWriter, err error) (int, string) {
 	ae, outcome := answerOf(ctx, err)
 	ae.Write(w)
 	return ae.Status, outcome
 }
 
-// answerOf is the answer to err and its outcome. An *api.Error chooses the
-// status (and Retry-After); anything else is a 500 naming it.
+// answerOf is the answer to err and the outcome it counts as. An
+// *api.Error chooses the status (and Retry-After); anything else is a 500
+// naming it, or a 503 once ctx has ended.
 func answerOf(ctx context.Context, err error) (*api.Error, string) {
 	if ae, ok := api.AsError(err); ok {
 		if ae.Status >= 500 && ae.Status != http.StatusServiceUnavailable {

@@ -62,15 +62,15 @@ func newMetrics(reg prometheus.Registerer, version string) (*metrics, error) {
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandbox_executions_in_flight",
-			Help: "Requests to POST /v1/execute being answered now.",
+			Help: "Executions being answered now: POST /v1/execute, and run_python calls on /mcp.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_requests_refused_total",
-			Help: "Requests refused before their body was read (no such path, wrong method, a web page's, a compressed or too large body), by status code.",
+			Help: "Requests refused before their body was read (no such path, wrong method, a web page's, a compressed or too large body) or by the MCP SDK on /mcp, by status code.",
 		}, []string{"code"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_requests_total",
-			Help: "Requests to /v1/* by the front door's decision (admitted, unauthenticated, forbidden, throttled, unavailable) and the caller's namespace: set for callers the policy names, empty for the rest.",
+			Help: "Requests to /v1/* and /mcp by the front door's decision (admitted, unauthenticated, forbidden, throttled, unavailable), and run_python calls on /mcp the policy throttled, by the caller's namespace: set for callers the policy names, empty for the rest.",
 		}, []string{"path", "decision", "namespace"}),
 	}
 	// build_info is 1, its labels saying which build serves: a dashboard
