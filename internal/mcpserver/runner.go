@@ -31,10 +31,13 @@ type Remote struct {
 	Client *client.Client
 }
 
-// Run implements Runner. The Go client does not stream yet, so onOutput is
-// not called.
-func (r Remote) Run(ctx context.Context, req wire.ExecuteRequest, _ OutputFunc) (wire.Result, error) {
-	return r.Client.Execute(ctx, req)
+// Run implements Runner; with onOutput, the request is streamed and
+// onOutput gets the output as it comes.
+func (r Remote) Run(ctx context.Context, req wire.ExecuteRequest, onOutput OutputFunc) (wire.Result, error) {
+	if onOutput == nil {
+		return r.Client.Execute(ctx, req)
+	}
+	return r.Client.ExecuteStream(ctx, req, onOutput)
 }
 
 // Executor runs one validated job: a backend of serve's (the local one, or
@@ -52,9 +55,8 @@ type Local struct {
 	MaxBody int64
 }
 
-// Run implements Runner. The backends do not stream yet, so onOutput is
-// not called.
-func (l Local) Run(ctx context.Context, req wire.ExecuteRequest, _ OutputFunc) (wire.Result, error) {
+// Run implements Runner; onOutput gets the run's output as it comes.
+func (l Local) Run(ctx context.Context, req wire.ExecuteRequest, onOutput OutputFunc) (wire.Result, error) {
 	maxBody := l.MaxBody
 	if maxBody <= 0 {
 		maxBody = api.DefaultMaxBody
@@ -63,5 +65,6 @@ func (l Local) Run(ctx context.Context, req wire.ExecuteRequest, _ OutputFunc) (
 	if err != nil {
 		return wire.Result{}, err
 	}
+	job.Output = onOutput
 	return l.Backend.Execute(ctx, job)
 }

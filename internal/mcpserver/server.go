@@ -9,7 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -117,7 +120,9 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest, in Args) (*mc
 	wreq := wire.ExecuteRequest{Code: in.Code, TimeoutS: in.TimeoutS, Files: in.Files, Outputs: in.Outputs}
 	var onOutput OutputFunc
 	if token := req.Params.GetProgressToken(); token != nil {
-		onOutput = newProgress(ctx, req.Session, token, t.log).send
+		p := newProgress(ctx, req.Session, token, t.log)
+		defer p.close()
+		onOutput = p.queue
 	}
 	res, err := t.runner.Run(ctx, wreq, onOutput)
 	if err != nil {
@@ -136,37 +141,102 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest, in Args) (*mc
 // output, and one last notification says so.
 const MaxProgressBytes = 1 << 20
 
+// progressInterval is how often queued output goes out as one
+// notification per stream: a snippet printing in a tight loop makes at
+// most a notification per stream this often, not one per write (the same
+// as a streamed /v1/execute's events).
+const progressInterval = api.StreamInterval
+
 // progress sends a run's output as the call's progress notifications:
 // each notification's message is the new output, its _meta names the
 // stream, and its progress is the bytes sent so far, which only grows, as
-// the protocol asks.
+// the protocol asks. queue takes output from the run and returns at once
+// (a run's output callback must not block its pipes); a goroutine sends
+// what is queued every progressInterval, and close sends the rest.
 type progress struct {
 	ctx     context.Context
 	session *mcp.ServerSession
 	token   any
 	log     *slog.Logger
 
-	mu   sync.Mutex
-	sent int
-	cut  bool
+	mu      sync.Mutex
+	pending [2]strings.Builder // stdout, stderr
+	sent    int
+	cut     bool
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 func newProgress(ctx context.Context, ss *mcp.ServerSession, token any, log *slog.Logger) *progress {
-	return &progress{ctx: ctx, session: ss, token: token, log: log}
+	p := &progress{ctx: ctx, session: ss, token: token, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(progressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				p.flush()
+			case <-p.stop:
+				p.flush()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return p
 }
 
-// send is the OutputFunc. A notification that cannot be sent is logged
-// and dropped: the result carries the output all the same.
-func (p *progress) send(stream, text string) {
+// queue is the OutputFunc.
+func (p *progress) queue(stream, text string) {
+	i := 0
+	if stream == wire.EventStderr {
+		i = 1
+	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.pending[i].WriteString(text)
+	p.mu.Unlock()
+}
+
+// close sends what is still queued and stops the sender.
+func (p *progress) close() {
+	close(p.stop)
+	<-p.done
+}
+
+// flush sends each stream's queued output as one notification.
+func (p *progress) flush() {
+	for i, stream := range []string{wire.EventStdout, wire.EventStderr} {
+		p.mu.Lock()
+		text := p.pending[i].String()
+		p.pending[i].Reset()
+		p.mu.Unlock()
+		p.send(stream, text)
+	}
+}
+
+// send sends one notification. One that cannot be sent is logged and
+// dropped: the result carries the output all the same.
+func (p *progress) send(stream, text string) {
 	if p.cut || text == "" {
 		return
 	}
-	if p.sent+len(text) > MaxProgressBytes {
+	if room := MaxProgressBytes - p.sent; len(text) > room {
+		for room > 0 && !utf8.RuneStart(text[room]) {
+			room--
+		}
+		p.send(stream, text[:room])
 		p.cut = true
-		text = fmt.Sprintf("[output past %d bytes is not sent as progress; the result has it]", MaxProgressBytes)
-		stream = "sandbox"
+		p.notify("sandbox", fmt.Sprintf("[output past %d bytes is not sent as progress; the result has it]", MaxProgressBytes))
+		return
+	}
+	p.notify(stream, text)
+}
+
+func (p *progress) notify(stream, text string) {
+	if text == "" {
+		return
 	}
 	p.sent += len(text)
 	err := p.session.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{

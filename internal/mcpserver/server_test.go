@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +28,9 @@ type fakeRunner struct {
 	res    wire.Result
 	err    error
 	output [][2]string // stream, text
+	// gap is the pause between outputs: longer than progressInterval
+	// makes each its own notification, none gathers them into one.
+	gap time.Duration
 
 	mu  sync.Mutex
 	got []wire.ExecuteRequest
@@ -36,7 +40,10 @@ func (f *fakeRunner) Run(_ context.Context, req wire.ExecuteRequest, onOutput Ou
 	f.mu.Lock()
 	f.got = append(f.got, req)
 	f.mu.Unlock()
-	for _, o := range f.output {
+	for i, o := range f.output {
+		if i > 0 {
+			time.Sleep(f.gap)
+		}
 		if onOutput != nil {
 			onOutput(o[0], o[1])
 		}
@@ -324,7 +331,7 @@ func TestProgress(t *testing.T) {
 		mu  sync.Mutex
 		got []*mcp.ProgressNotificationParams
 	)
-	f := &fakeRunner{output: [][2]string{{"stdout", "one\n"}, {"stderr", "two\n"}, {"stdout", "three\n"}}}
+	f := &fakeRunner{output: [][2]string{{"stdout", "one\n"}, {"stderr", "two\n"}, {"stdout", "three\n"}}, gap: 5 * progressInterval}
 	cs := connect(t, f, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -374,6 +381,50 @@ func TestProgress(t *testing.T) {
 	}
 }
 
+// TestProgressGathers: output written faster than progressInterval goes
+// out in few notifications, not one per write, and none is lost.
+func TestProgressGathers(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	var out [][2]string
+	for i := range 1000 {
+		out = append(out, [2]string{"stdout", fmt.Sprintf("%d\n", i)})
+	}
+	f := &fakeRunner{output: out}
+	cs := connect(t, f, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r.Params.Message)
+	}})
+	params := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}}
+	params.SetProgressToken("g")
+	if _, err := cs.CallTool(context.Background(), params); err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for _, o := range out {
+		want.WriteString(o[1])
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		done := strings.Join(got, "") == want.String()
+		mu.Unlock()
+		if done {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, "") != want.String() {
+		t.Fatalf("progress carried %d bytes, want all %d", len(strings.Join(got, "")), want.Len())
+	}
+	if len(got) > 10 {
+		t.Errorf("%d notifications for 1,000 writes at once, want them gathered", len(got))
+	}
+}
+
 // TestProgressOverHTTP: progress reaches the client over the streamable
 // HTTP transport in stateless mode too (as serve mounts it at /mcp), on the
 // call's own response stream, before the result.
@@ -420,8 +471,9 @@ func TestProgressOverHTTP(t *testing.T) {
 	}
 }
 
-// TestProgressBound: past MaxProgressBytes one notification says the rest
-// is left to the result, and no more are sent.
+// TestProgressBound: the first MaxProgressBytes of the output go out as
+// progress, then one notification says the rest is left to the result, and
+// no more are sent.
 func TestProgressBound(t *testing.T) {
 	var (
 		mu  sync.Mutex
@@ -450,7 +502,12 @@ func TestProgressBound(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // room for a third, which must not come
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 2 || got[0] != big || !strings.Contains(got[1], "not sent as progress") {
-		t.Errorf("%d notifications, want the output and then the note alone", len(got))
+	// Output queued together goes out together: what fits, then the note.
+	if n := len(got); n < 2 || !strings.Contains(got[n-1], "not sent as progress") {
+		t.Fatalf("%d notifications, want the output and then the note alone", len(got))
+	}
+	sent := strings.Join(got[:len(got)-1], "")
+	if len(sent) != MaxProgressBytes || !strings.HasPrefix(big+"yy", sent) {
+		t.Errorf("%d bytes sent as progress before the note, want the first %d of the output", len(sent), MaxProgressBytes)
 	}
 }

@@ -92,9 +92,9 @@ func (w *jsonErrors) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // admitted, validated, logged and counted as one POST /v1/execute.
 type mcpRunner struct{ s *Server }
 
-// Run implements mcpserver.Runner. The backends do not stream yet, so
-// onOutput is not called.
-func (m mcpRunner) Run(ctx context.Context, req wire.ExecuteRequest, _ mcpserver.OutputFunc) (res wire.Result, err error) {
+// Run implements mcpserver.Runner; onOutput gets the run's output as the
+// backend reads it.
+func (m mcpRunner) Run(ctx context.Context, req wire.ExecuteRequest, onOutput mcpserver.OutputFunc) (res wire.Result, err error) {
 	s := m.s
 	if rctx, ok := ctx.Value(requestCtxKey{}).(context.Context); ok {
 		var cancel context.CancelFunc
@@ -144,6 +144,7 @@ func (m mcpRunner) Run(ctx context.Context, req wire.ExecuteRequest, _ mcpserver
 		return fail(err)
 	}
 	e.reached = true
+	job.Output = onOutput
 	ctx, _ = api.WithTiming(ctx)
 	res, err = s.opts.Backend.Execute(ctx, job)
 	if err != nil {
