@@ -80,26 +80,39 @@ type Interp struct {
 	closeErr error // why it ended by itself, if it did
 }
 
-// Prestart starts python3 for one job under opts and returns at once; Ready
-// is closed when it waits with its limits applied. opts.Dir must exist;
-// isolated runs (opts.Sandbox) are not pre-started.
+// Prestart starts python3 for one job under opts and returns once it has
+// been started; Ready is closed when it waits with its limits applied.
+// opts.Dir must exist, unless the run is isolated (opts.Sandbox): Prestart
+// then returns once the sandbox is set up and python3 forked in it (see
+// sandbox.go).
 func Prestart(opts Options) (*Interp, error) {
-	if opts.Sandbox != nil {
-		return nil, errors.New("prestart: isolated runs are started for their job")
-	}
 	for _, n := range opts.Preload {
 		if !moduleName.MatchString(n) {
 			return nil, fmt.Errorf("prestart: preload %q: not a module name", n)
 		}
 	}
-	su, err := resolve(&opts)
-	if err != nil {
-		return nil, err
-	}
-	if owner := su.owner; owner != nil {
-		// The child enters Dir after it has become the owner.
-		if err := os.Lchown(opts.Dir, owner[0], owner[1]); err != nil {
-			return nil, fmt.Errorf("prestart: %w", err)
+	var su setup
+	var err error
+	if s := opts.Sandbox; s != nil {
+		if err := checkSandbox(s); err != nil {
+			return nil, err
+		}
+		opts.Dir = SandboxDir
+		if su.env = opts.Env; su.env == nil {
+			su.env = DefaultEnv(SandboxDir)
+		}
+		if su.python, err = findPython(opts.Python, su.env); err != nil {
+			return nil, err
+		}
+	} else {
+		if su, err = resolve(&opts); err != nil {
+			return nil, err
+		}
+		if owner := su.owner; owner != nil {
+			// The child enters Dir after it has become the owner.
+			if err := os.Lchown(opts.Dir, owner[0], owner[1]); err != nil {
+				return nil, fmt.Errorf("prestart: %w", err)
+			}
 		}
 	}
 	if err := becomeSubreaper(); err != nil {
@@ -116,7 +129,7 @@ func Prestart(opts Options) (*Interp, error) {
 		return nil, fmt.Errorf("prestart: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "sandbox-ctl"), os.NewFile(uintptr(fds[1]), "sandbox-ctl")
-	c, err := spawn(opts, su.python, pythonArgs(opts, "", ctlFD), su.env, nil, theirs)
+	c, err := spawn(opts, su.python, pythonArgs(opts, "", ctlFD), su.env, theirs)
 	theirs.Close()
 	if err != nil {
 		ours.Close()
@@ -126,6 +139,15 @@ func Prestart(opts Options) (*Interp, error) {
 		ready: make(chan struct{}), preloaded: make(chan struct{}), took: make(chan struct{}), lost: make(chan struct{}),
 		monitored: make(chan struct{})}
 	go p.monitor() // owned: Run and Close wait for monitored
+	if c.sb != nil {
+		if err := c.sb.setup(context.Background(), c.pid); err != nil {
+			p.mu.Lock()
+			p.closed = true
+			p.kill()
+			p.mu.Unlock()
+			return nil, fmt.Errorf("prestart: %w", err)
+		}
+	}
 	return p, nil
 }
 
@@ -226,6 +248,10 @@ func (p *Interp) Run(ctx context.Context, job Job) (wire.Result, error) {
 	if p.su.snippet != "" {
 		os.Remove(p.su.snippet)
 	}
+	if p.c.sb != nil {
+		// After the sweep and the outputs: the cgroups are empty by then.
+		p.c.sb.close()
+	}
 	p.ctl.Close()
 	return res, err
 }
@@ -241,23 +267,14 @@ func (p *Interp) run(ctx context.Context, job Job) (wire.Result, error) {
 		p.kill()
 		return wire.Result{}, err
 	}
-	if err := writeFiles(p.opts.Dir, job.Files, p.su.owner); err != nil {
-		p.kill()
-		if isHostFault(err) {
-			return wire.Result{}, fmt.Errorf("run: %w", err)
-		}
-		// A path through a symlink out of Dir, a file where a directory
-		// must go: the job's fault.
-		return wire.Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
-	}
-	var err error
-	if p.su.snippet, err = writeSnippet(job.Code, p.su.owner); err != nil {
+	snippet, err := p.place(ctx, job)
+	if err != nil {
 		p.kill()
 		return wire.Result{}, err
 	}
 	timeout := jobTimeout(job)
-	msg := make([]byte, 0, len(p.su.snippet)+1+len(job.Code))
-	msg = append(append(append(msg, p.su.snippet...), 0), job.Code...)
+	msg := make([]byte, 0, len(snippet)+1+len(job.Code))
+	msg = append(append(append(msg, snippet...), 0), job.Code...)
 	// Count only what this job's run may cause: the cgroup is the pod's.
 	p.c.oomBefore = oomKills(p.c.cgDir, p.c.cgV2)
 	fed := make(chan struct{})
@@ -281,10 +298,40 @@ func (p *Interp) run(ctx context.Context, job Job) (wire.Result, error) {
 	}
 	<-fed
 	<-p.monitored
-	if !isClosed(p.took) && !end.timedOut && !end.cancelled && end.setupErr == nil {
+	if !isClosed(p.took) && !end.timedOut && !end.cancelled {
 		return wire.Result{}, fmt.Errorf("run: %w: %s", ErrNotTaken, describeExit(p.c, res.Stderr))
 	}
 	return p.c.judge(ctx, res, end, p.opts, timeout, &job)
+}
+
+// place puts the job's files and code where python3 will find them and
+// returns the code file's path. An isolated run's init writes them in the
+// sandbox; anything else is written here, into Dir and TMPDIR.
+func (p *Interp) place(ctx context.Context, job Job) (string, error) {
+	if sb := p.c.sb; sb != nil {
+		if err := sb.sendJob(ctx, job); err != nil {
+			if errors.Is(err, ErrInvalidJob) || ctx.Err() != nil {
+				return "", err
+			}
+			// Nothing of the job ran: python3 never had its code.
+			return "", fmt.Errorf("%w: %w", ErrNotTaken, err)
+		}
+		sb.cg.wake()
+		return sandboxSnippet, nil
+	}
+	if err := writeFiles(p.opts.Dir, job.Files, p.su.owner); err != nil {
+		if isHostFault(err) {
+			return "", fmt.Errorf("run: %w", err)
+		}
+		// A path through a symlink out of Dir, a file where a directory
+		// must go: the job's fault.
+		return "", fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	var err error
+	if p.su.snippet, err = writeSnippet(job.Code, p.su.owner); err != nil {
+		return "", err
+	}
+	return p.su.snippet, nil
 }
 
 // closeWrite ends our side of the socket for writing: the preamble reads to
@@ -336,6 +383,9 @@ func (p *Interp) kill() {
 	p.c.outR.SetReadDeadline(deadline)
 	p.c.errR.SetReadDeadline(deadline)
 	res := p.c.collect(ending{})
+	if p.c.sb != nil {
+		p.c.sb.close()
+	}
 	p.ctl.Close()
 	<-p.monitored
 	if died {
