@@ -57,8 +57,10 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		opts.Isolation = IsolationAuto
 	}
 	if opts.Warm == 0 {
-		opts.Warm = min(DefaultWarm, opts.MaxConcurrent)
+		opts.Warm = DefaultWarm
 	}
+	// More would wait for a slot.
+	opts.Warm = min(opts.Warm, opts.MaxConcurrent)
 	switch opts.Isolation {
 	case IsolationAuto, IsolationStrict, IsolationNone:
 	default:

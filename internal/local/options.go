@@ -76,7 +76,7 @@ type Options struct {
 	// default.
 	DiskLimit int64
 	// Warm is how many pre-started interpreters wait for a job, each used
-	// for one; 0 means min(DefaultWarm, MaxConcurrent), negative none.
+	// for one, at most MaxConcurrent; 0 means DefaultWarm, negative none.
 	Warm int
 	// Preload are the modules (exec.ParsePreload) the pre-started
 	// interpreters import while they wait; a run started for its job
