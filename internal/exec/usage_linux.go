@@ -39,8 +39,9 @@ import (
 // Peak memory also counts, for the run's first process, the peak of the
 // process it was started from: the kernel carries a process's peak across
 // exec, and python3 is exec'd in a child that shares the runner's memory
-// (Go starts children with vfork) or, isolated, by the run's init (this
-// binary). So max_rss_kib is never below that: some 35 to 40 MiB.
+// (Go starts children with vfork). So max_rss_kib is never below that:
+// some 35 MiB. An isolated run's first process is its init, whose usage
+// holds its own peak and python3's, the larger of the two.
 //
 // Processes counts the processes and threads the run started (each takes a
 // PID): where the runner is its PID namespace's init (a pod), the
