@@ -257,11 +257,15 @@ func (rc *runCgroup) dirs() []string {
 	return ds
 }
 
-// idle gives the run's cpu cgroup the lowest weight, until wake: a
-// pre-started run's python3 and its preload then take only CPU time that
-// nothing else of the host wants, and never slow a run in flight. Without
-// a cpu cgroup the preload runs at the default weight.
-func (rc *runCgroup) idle() { rc.weigh("2", "1") }
+// idle gives the run's cpu cgroup the weight of one nice-19 process (15
+// against a nice-0 process's 1,024; on v2 the lowest weight, 1 against
+// 100) until wake: a pre-started run's python3 and its preload then take
+// a small share of a busy host and hardly slow a run in flight. The lowest
+// weight v1 allows (2, like SCHED_IDLE) starved the preload on a host busy
+// with niced work: at a load average of 40 on 2 cores, none of the data
+// stack's preloads finished in 2 minutes (2026-12-06). Without a cpu
+// cgroup the preload runs at the default weight.
+func (rc *runCgroup) idle() { rc.weigh("15", "1") }
 
 // wake gives the run's cpu cgroup the default weight back, as its job
 // comes.

@@ -39,8 +39,9 @@ import (
 // an exit code cannot: an interpreter that ended before it wrote it never ran
 // a line of the job (ErrNotTaken), one that wrote it ran the job.
 //
-// The interpreter waits in a blocking read, which costs no CPU, in its own
-// process group, with its stdout and stderr already on the pipes Run drains;
+// An isolated run's python3 is its init's child and gets the socket from
+// it (sandbox.go). The interpreter waits in a blocking read, which costs no
+// CPU, in its own process group (isolated, its init's), with its stdout and stderr already on the pipes Run drains;
 // it is registered as a live run from its start, so that no other run's
 // sweep mistakes it for an orphan.
 
@@ -223,7 +224,8 @@ func (p *Interp) Lost() <-chan struct{} { return p.lost }
 func (p *Interp) Pid() int { return p.c.pid }
 
 // Run hands job to the interpreter: it writes the job's files into the
-// working directory and the code to a file of its own, sends the code, and
+// working directory and the code to a file of its own (an isolated run's
+// init writes both, see sandbox.go), sends the code, and
 // from then on is Run's usual run of a child to its end, timeout, tree kill,
 // bounded output and all. The timeout starts when the code is sent. Run
 // answers an interpreter that ended before it took the job with an error
