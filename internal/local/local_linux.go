@@ -195,7 +195,8 @@ func (b *Backend) prepare(iso isolation) (opts exec.Options, release func(), err
 		opts.Credential = &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
 		// Root's and closed to listing; the run owns what is inside (exec
 		// gives it the working directory).
-		if err := os.Chmod(dir, 0o711); err == nil {
+		err := os.Chmod(dir, 0o711)
+		if err == nil {
 			err = os.Lchown(tmp, int(uid), int(uid))
 		}
 		if err != nil {
