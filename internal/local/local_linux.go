@@ -101,6 +101,10 @@ func (b *Backend) Execute(ctx context.Context, job exec.Job) (wire.Result, error
 // the pool (TestThroughThePool). Never set otherwise.
 var warmOnly bool
 
+// warmOnlyWait bounds warmOnly's wait for a pre-started interpreter, so
+// that a pool that never delivers fails the test rather than hangs it.
+const warmOnlyWait = 3 * time.Minute
+
 // execute runs job on a pre-started interpreter when one waits, else on
 // one started for it; also when the one it took had ended before the job,
 // of which then nothing ran.
@@ -108,7 +112,7 @@ func (b *Backend) execute(ctx context.Context, job exec.Job) (wire.Result, error
 	var r *warmRun
 	if !warmOnly || b.warm == nil {
 		r = b.warm.take()
-	} else if r = b.warm.await(ctx); r == nil {
+	} else if r = b.warm.await(ctx, warmOnlyWait); r == nil {
 		return wire.Result{}, fmt.Errorf("local backend (warm only): no pre-started python3: %w", context.Cause(ctx))
 	}
 	if r != nil {

@@ -150,8 +150,10 @@ func (w *warmPool) start() (*warmRun, error) {
 }
 
 // await is take for the tests that must go through the pool: it waits for
-// a preloaded interpreter until ctx ends.
-func (w *warmPool) await(ctx context.Context) *warmRun {
+// a preloaded interpreter until ctx ends or for at most wait.
+func (w *warmPool) await(ctx context.Context, wait time.Duration) *warmRun {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	for {
 		w.mu.Lock()
 		for i, r := range w.idle {
