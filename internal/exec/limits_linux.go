@@ -79,9 +79,9 @@ import (
 // standard streams and ends the process with the exit code python3 would
 // have had, which the preamble noted as the snippet ended.
 //
-// The code reaches the preamble in one of two ways. Given a file (an
-// isolated run, a tool call), it reads that file. Given a socket (ctlFD,
-// every other run), it says on it when the limits hold, reads the code
+// The code reaches the preamble in one of two ways. Given a file (a tool
+// call), it reads that file. Given a socket (ctlFD, every snippet's run,
+// isolated or not), it says on it when the limits hold, reads the code
 // file's path and the code from it, acknowledges, and closes it before a
 // line of the snippet runs; see prestart.go.
 

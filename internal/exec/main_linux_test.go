@@ -7,8 +7,8 @@ import (
 
 // TestMain lets this test binary be an isolated run's init (see MaybeInit).
 func TestMain(m *testing.M) {
-	if isInit, _ := MaybeInit(); isInit {
-		os.Exit(127)
+	if isInit, status := MaybeInit(); isInit {
+		os.Exit(status)
 	}
 	os.Exit(m.Run())
 }

@@ -39,8 +39,9 @@ import (
 // an exit code cannot: an interpreter that ended before it wrote it never ran
 // a line of the job (ErrNotTaken), one that wrote it ran the job.
 //
-// The interpreter waits in a blocking read, which costs no CPU, in its own
-// process group, with its stdout and stderr already on the pipes Run drains;
+// An isolated run's python3 is its init's child and gets the socket from
+// it (sandbox.go). The interpreter waits in a blocking read, which costs no
+// CPU, in its own process group (isolated, its init's), with its stdout and stderr already on the pipes Run drains;
 // it is registered as a live run from its start, so that no other run's
 // sweep mistakes it for an orphan.
 
@@ -80,26 +81,39 @@ type Interp struct {
 	closeErr error // why it ended by itself, if it did
 }
 
-// Prestart starts python3 for one job under opts and returns at once; Ready
-// is closed when it waits with its limits applied. opts.Dir must exist;
-// isolated runs (opts.Sandbox) are not pre-started.
+// Prestart starts python3 for one job under opts and returns once it has
+// been started; Ready is closed when it waits with its limits applied.
+// opts.Dir must exist, unless the run is isolated (opts.Sandbox): Prestart
+// then returns once the sandbox is set up and python3 forked in it (see
+// sandbox.go).
 func Prestart(opts Options) (*Interp, error) {
-	if opts.Sandbox != nil {
-		return nil, errors.New("prestart: isolated runs are started for their job")
-	}
 	for _, n := range opts.Preload {
 		if !moduleName.MatchString(n) {
 			return nil, fmt.Errorf("prestart: preload %q: not a module name", n)
 		}
 	}
-	su, err := resolve(&opts)
-	if err != nil {
-		return nil, err
-	}
-	if owner := su.owner; owner != nil {
-		// The child enters Dir after it has become the owner.
-		if err := os.Lchown(opts.Dir, owner[0], owner[1]); err != nil {
-			return nil, fmt.Errorf("prestart: %w", err)
+	var su setup
+	var err error
+	if s := opts.Sandbox; s != nil {
+		if err := checkSandbox(s); err != nil {
+			return nil, err
+		}
+		opts.Dir = SandboxDir
+		if su.env = opts.Env; su.env == nil {
+			su.env = DefaultEnv(SandboxDir)
+		}
+		if su.python, err = findPython(opts.Python, su.env); err != nil {
+			return nil, err
+		}
+	} else {
+		if su, err = resolve(&opts); err != nil {
+			return nil, err
+		}
+		if owner := su.owner; owner != nil {
+			// The child enters Dir after it has become the owner.
+			if err := os.Lchown(opts.Dir, owner[0], owner[1]); err != nil {
+				return nil, fmt.Errorf("prestart: %w", err)
+			}
 		}
 	}
 	if err := becomeSubreaper(); err != nil {
@@ -116,7 +130,7 @@ func Prestart(opts Options) (*Interp, error) {
 		return nil, fmt.Errorf("prestart: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "sandbox-ctl"), os.NewFile(uintptr(fds[1]), "sandbox-ctl")
-	c, err := spawn(opts, su.python, pythonArgs(opts, "", ctlFD), su.env, nil, theirs)
+	c, err := spawn(opts, su.python, pythonArgs(opts, "", ctlFD), su.env, theirs)
 	theirs.Close()
 	if err != nil {
 		ours.Close()
@@ -126,6 +140,15 @@ func Prestart(opts Options) (*Interp, error) {
 		ready: make(chan struct{}), preloaded: make(chan struct{}), took: make(chan struct{}), lost: make(chan struct{}),
 		monitored: make(chan struct{})}
 	go p.monitor() // owned: Run and Close wait for monitored
+	if c.sb != nil {
+		if err := c.sb.setup(context.Background(), c.pid); err != nil {
+			p.mu.Lock()
+			p.closed = true
+			p.kill()
+			p.mu.Unlock()
+			return nil, fmt.Errorf("prestart: %w", err)
+		}
+	}
 	return p, nil
 }
 
@@ -201,7 +224,8 @@ func (p *Interp) Lost() <-chan struct{} { return p.lost }
 func (p *Interp) Pid() int { return p.c.pid }
 
 // Run hands job to the interpreter: it writes the job's files into the
-// working directory and the code to a file of its own, sends the code, and
+// working directory and the code to a file of its own (an isolated run's
+// init writes both, see sandbox.go), sends the code, and
 // from then on is Run's usual run of a child to its end, timeout, tree kill,
 // bounded output and all. The timeout starts when the code is sent. Run
 // answers an interpreter that ended before it took the job with an error
@@ -226,6 +250,10 @@ func (p *Interp) Run(ctx context.Context, job Job) (wire.Result, error) {
 	if p.su.snippet != "" {
 		os.Remove(p.su.snippet)
 	}
+	if p.c.sb != nil {
+		// After the sweep and the outputs: the cgroups are empty by then.
+		p.c.sb.close()
+	}
 	p.ctl.Close()
 	return res, err
 }
@@ -241,23 +269,14 @@ func (p *Interp) run(ctx context.Context, job Job) (wire.Result, error) {
 		p.kill()
 		return wire.Result{}, err
 	}
-	if err := writeFiles(p.opts.Dir, job.Files, p.su.owner); err != nil {
-		p.kill()
-		if isHostFault(err) {
-			return wire.Result{}, fmt.Errorf("run: %w", err)
-		}
-		// A path through a symlink out of Dir, a file where a directory
-		// must go: the job's fault.
-		return wire.Result{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
-	}
-	var err error
-	if p.su.snippet, err = writeSnippet(job.Code, p.su.owner); err != nil {
+	snippet, err := p.place(ctx, job)
+	if err != nil {
 		p.kill()
 		return wire.Result{}, err
 	}
 	timeout := jobTimeout(job)
-	msg := make([]byte, 0, len(p.su.snippet)+1+len(job.Code))
-	msg = append(append(append(msg, p.su.snippet...), 0), job.Code...)
+	msg := make([]byte, 0, len(snippet)+1+len(job.Code))
+	msg = append(append(append(msg, snippet...), 0), job.Code...)
 	// Count only what this job's run may cause: the cgroup is the pod's.
 	p.c.oomBefore = oomKills(p.c.cgDir, p.c.cgV2)
 	fed := make(chan struct{})
@@ -297,10 +316,40 @@ func (p *Interp) run(ctx context.Context, job Job) (wire.Result, error) {
 	}
 	<-fed
 	<-p.monitored
-	if !isClosed(p.took) && !end.timedOut && !end.cancelled && end.setupErr == nil {
+	if !isClosed(p.took) && !end.timedOut && !end.cancelled {
 		return wire.Result{}, fmt.Errorf("run: %w: %s", ErrNotTaken, describeExit(p.c, res.Stderr))
 	}
 	return p.c.judge(ctx, res, end, p.opts, timeout, &job)
+}
+
+// place puts the job's files and code where python3 will find them and
+// returns the code file's path. An isolated run's init writes them in the
+// sandbox; anything else is written here, into Dir and TMPDIR.
+func (p *Interp) place(ctx context.Context, job Job) (string, error) {
+	if sb := p.c.sb; sb != nil {
+		if err := sb.sendJob(ctx, job); err != nil {
+			if errors.Is(err, ErrInvalidJob) || ctx.Err() != nil {
+				return "", err
+			}
+			// Nothing of the job ran: python3 never had its code.
+			return "", fmt.Errorf("%w: %w", ErrNotTaken, err)
+		}
+		sb.cg.wake()
+		return sandboxSnippet, nil
+	}
+	if err := writeFiles(p.opts.Dir, job.Files, p.su.owner); err != nil {
+		if isHostFault(err) {
+			return "", fmt.Errorf("run: %w", err)
+		}
+		// A path through a symlink out of Dir, a file where a directory
+		// must go: the job's fault.
+		return "", fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	var err error
+	if p.su.snippet, err = writeSnippet(job.Code, p.su.owner); err != nil {
+		return "", err
+	}
+	return p.su.snippet, nil
 }
 
 // closeWrite ends our side of the socket for writing: the preamble reads to
@@ -352,6 +401,9 @@ func (p *Interp) kill() {
 	p.c.outR.SetReadDeadline(deadline)
 	p.c.errR.SetReadDeadline(deadline)
 	res := p.c.collect(ending{})
+	if p.c.sb != nil {
+		p.c.sb.close()
+	}
 	p.ctl.Close()
 	<-p.monitored
 	if died {

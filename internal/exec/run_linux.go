@@ -71,29 +71,20 @@ func checkJob(job Job) error {
 	return nil
 }
 
-// runSandboxed is Run for an isolated run: the init writes the code and the
-// files inside the sandbox, so nothing is written on the host.
+// runSandboxed is Run for an isolated run: the same pre-started run handed
+// its job at once, in which the init writes the code and the files inside
+// the sandbox, so nothing is written on the host.
 func runSandboxed(ctx context.Context, job Job, opts Options) (wire.Result, error) {
-	if err := checkSandbox(opts.Sandbox); err != nil {
-		return wire.Result{}, err
-	}
 	if err := checkJob(job); err != nil {
 		return wire.Result{}, err
 	}
-	timeout := jobTimeout(job)
-	opts.Dir = SandboxDir
-	env := opts.Env
-	if env == nil {
-		env = DefaultEnv(SandboxDir)
-	}
-	python, err := findPython(opts.Python, env)
+	opts.Preload = nil
+	p, err := Prestart(opts)
 	if err != nil {
 		return wire.Result{}, err
 	}
-	if err := becomeSubreaper(); err != nil {
-		return wire.Result{}, fmt.Errorf("run: %w", err)
-	}
-	return start(ctx, opts, timeout, python, pythonArgs(opts, sandboxSnippet, -1), env, &job)
+	defer p.Close()
+	return p.Run(ctx, job)
 }
 
 // setup is what every unisolated run prepares before the child starts.
@@ -175,10 +166,10 @@ func writeSnippet(code string, owner *[2]int) (string, error) {
 	return f.Name(), nil
 }
 
-// start runs the prepared child to completion and builds the wire.Result. job is
-// set for a snippet (an isolated run's init gets it); nil for a tool call.
+// start runs the prepared child, unisolated, to completion and builds the
+// wire.Result. job is set for a snippet; nil for a tool call.
 func start(ctx context.Context, opts Options, timeout time.Duration, python string, args, env []string, job *Job) (wire.Result, error) {
-	c, err := spawn(opts, python, args, env, job, nil)
+	c, err := spawn(opts, python, args, env, nil)
 	if err != nil {
 		return wire.Result{}, err
 	}
@@ -189,10 +180,6 @@ func start(ctx context.Context, opts Options, timeout time.Duration, python stri
 // it and kill what is left, collect its output, classify how it ended, and
 // take what it left behind (its usage, its output files).
 func (c *child) finish(ctx context.Context, timeout time.Duration, opts Options, job *Job) (wire.Result, error) {
-	if c.sb != nil {
-		// Runs after the sweep: the cgroups are empty by then.
-		defer c.sb.close()
-	}
 	end := c.waitAndKill(ctx, timeout, opts)
 	res := c.collect(end)
 	return c.judge(ctx, res, end, opts, timeout, job)
@@ -201,9 +188,6 @@ func (c *child) finish(ctx context.Context, timeout time.Duration, opts Options,
 // judge classifies a collected run, adds what it left behind, and turns how
 // it ended into Run's error.
 func (c *child) judge(ctx context.Context, res wire.Result, end ending, opts Options, timeout time.Duration, job *Job) (wire.Result, error) {
-	if end.setupErr != nil {
-		return wire.Result{}, end.setupErr
-	}
 	if err := classify(&res, c, end, opts, timeout); err != nil {
 		return res, err
 	}
@@ -234,9 +218,6 @@ type child struct {
 	cgV2           bool
 	oomBefore      int64
 	base           usageBase
-	// out is an isolated run's Job.Output, attached once its init has
-	// become python3.
-	out func(stream, text string)
 }
 
 // attach makes out get the run's output from now on (see Job.Output).
@@ -246,8 +227,9 @@ func (c *child) attach(out func(stream, text string)) {
 }
 
 // spawn starts the child with its output on pipes being drained, and
-// registers it as a live run. ctl, when set, is the child's ctlFD.
-func spawn(opts Options, python string, args, env []string, job *Job, ctl *os.File) (*child, error) {
+// registers it as a live run. ctl, when set, is the child's ctlFD (an
+// isolated run's init passes it on to python3).
+func spawn(opts Options, python string, args, env []string, ctl *os.File) (*child, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
@@ -290,11 +272,8 @@ func spawn(opts Options, python string, args, env []string, job *Job, ctl *os.Fi
 		cmd.ExtraFiles = []*os.File{ctl} // ctlFD
 	}
 	c := &child{cmd: cmd, outR: outR, errR: errR}
-	if job != nil {
-		c.out = job.Output
-	}
 	if opts.Sandbox != nil {
-		c.sb, err = prepareSandbox(cmd, opts, python, args, env, job)
+		c.sb, err = prepareSandbox(cmd, opts, python, args, env)
 		if err != nil {
 			outR.Close()
 			outW.Close()
@@ -342,7 +321,6 @@ func spawn(opts Options, python string, args, env []string, job *Job, ctl *os.Fi
 type ending struct {
 	waitErr             error // from cmd.Wait
 	reaped              bool  // cmd.Wait returned: cmd.ProcessState may be read
-	setupErr            error // an isolated run's set-up failed: nothing ran
 	timedOut, cancelled bool
 	killErr             error
 	duration            time.Duration
@@ -359,36 +337,21 @@ const dyingDrain = 100 * time.Millisecond
 // the run left, so that the pipes close.
 func (c *child) waitAndKill(ctx context.Context, timeout time.Duration, opts Options) ending {
 	var end ending
-	// An isolated run's timeout starts when its code can: the init's set-up
-	// (mounts, files, cgroups) is bounded on its own.
-	if c.sb != nil {
-		end.setupErr = c.sb.handshake(ctx, c.pid)
-		// What the init wrote before it became python3 is not the job's:
-		// only the result says it.
-		if end.setupErr == nil && c.out != nil {
-			c.attach(c.out)
-		}
-	}
 	began := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	if end.setupErr == nil {
-		select {
-		case end.waitErr = <-c.waited:
-			end.reaped = true
-		case <-timer.C:
-			end.timedOut = true
-		case <-ctx.Done():
-			end.cancelled = true
-		}
+	select {
+	case end.waitErr = <-c.waited:
+		end.reaped = true
+	case <-timer.C:
+		end.timedOut = true
+	case <-ctx.Done():
+		end.cancelled = true
 	}
 	// A PID namespace's init (a pod's runner) waits for the killed run's
 	// exit no longer than deathGrace; anywhere else until the sweep is done.
 	settleBy := time.Now().Add(deathGrace)
 	switch {
-	case end.setupErr != nil:
-		end.killErr = killRun(c.pid)
-		end.waitErr, end.reaped = <-c.waited, true
 	case (end.timedOut || end.cancelled) && opts.WeakenKillLeaderOnly:
 		end.killErr = c.cmd.Process.Kill()
 		end.waitErr, end.reaped = <-c.waited, true

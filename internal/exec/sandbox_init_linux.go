@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -36,6 +37,8 @@ type initConfig struct {
 // two prefixes; the job's fault is told apart from the host's.
 const (
 	initReady      = "ready\n"
+	initStarted    = "started\n"
+	initWritten    = "written\n"
 	initErrJob     = "invalid: "
 	initErrHost    = "error: "
 	initGo         = 'g'
@@ -60,58 +63,140 @@ type initError struct {
 
 func (e *initError) Error() string { return e.err.Error() }
 
-// sandboxInit is the init's whole life; it returns only on failure.
-func sandboxInit() error {
+// sandboxInit is the init's whole life: it returns on failure, with the
+// status 127, or once python3 has ended, with python3's status.
+func sandboxInit() int {
 	// no_new_privs and the seccomp filter are per thread: set them on the
-	// thread that calls execve.
+	// thread that forks python3, which inherits them.
 	runtime.LockOSThread()
 	sock := os.NewFile(initFD, "sandbox-init")
-	err := initRun(sock)
+	// Neither socket may reach python3 but as its ctlFD (startPython).
+	syscall.CloseOnExec(initFD)
+	syscall.CloseOnExec(initCtlFD)
+	status, err := initRun(sock)
+	if err == nil {
+		return status
+	}
+	report(sock, err)
+	return 127
+}
+
+// report writes err to serve as the init's answer.
+func report(sock *os.File, err error) {
 	prefix := initErrHost
 	var ie *initError
 	if errors.As(err, &ie) && ie.job {
 		prefix = initErrJob
 	}
 	fmt.Fprintf(sock, "%s%s\n", prefix, strings.ReplaceAll(err.Error(), "\n", " "))
-	return err
 }
 
-func initRun(sock *os.File) error {
+// initRun sets the sandbox up, starts python3 waiting for its job, then
+// writes the job when it comes and waits for python3's end.
+func initRun(sock *os.File) (int, error) {
 	r := bufio.NewReader(sock)
-	cfg, files, err := readJob(r)
+	cfg, _, err := readJob(r)
 	if err != nil {
-		return fmt.Errorf("read job: %w", err)
+		return 0, fmt.Errorf("read config: %w", err)
 	}
 	if err := mountSandbox(cfg.DiskLimit); err != nil {
-		return err
+		return 0, err
 	}
 	if err := syscall.Sethostname([]byte("sandbox")); err != nil {
-		return fmt.Errorf("set host name: %w", err)
+		return 0, fmt.Errorf("set host name: %w", err)
 	}
-	if err := populate(cfg, files); err != nil {
-		return err
+	// Root's until the job's files are in it (populate): python3 can enter
+	// it meanwhile but neither write into it nor swap it for a link.
+	if err := os.Mkdir(SandboxDir, 0o711); err != nil {
+		return 0, fmt.Errorf("make working directory: %w", err)
 	}
 	if err := reportReady(); err != nil {
-		return err
+		return 0, err
 	}
 	// Serve moves us into the run's cgroups meanwhile.
 	if b, err := r.ReadByte(); err != nil || b != initGo {
-		return fmt.Errorf("wait for serve: %v", err)
+		return 0, fmt.Errorf("wait for serve: %v", err)
 	}
-	if err := syscall.Chdir(SandboxDir); err != nil {
-		return fmt.Errorf("chdir: %w", err)
+	pid, err := startPython(cfg)
+	if err != nil {
+		return 0, err
 	}
-	if err := dropPrivileges(cfg.UID, cfg.GID); err != nil {
-		return err
+	if _, err := sock.WriteString(initStarted); err != nil {
+		return 0, fmt.Errorf("report started: %w", err)
+	}
+	// The job may never come (serve kills a pre-started run it closes); the
+	// run ends with python3 either way.
+	go takeJob(sock, r, cfg) // owned: ends with its socket, or with this process
+	return reap(pid), nil
+}
+
+// startPython forks python3 as the run's uid and gid with no groups,
+// no_new_privs and the seccomp filter (both inherited from this thread),
+// in the working directory, with ctlFD its socket to serve.
+func startPython(cfg initConfig) (int, error) {
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); e != 0 {
+		return 0, fmt.Errorf("set no_new_privs: %w", e)
 	}
 	if cfg.Seccomp {
 		if err := installSeccomp(); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	syscall.CloseOnExec(initFD)
-	err = syscall.Exec(cfg.Python, append([]string{"python3"}, cfg.Args...), cfg.Env)
-	return fmt.Errorf("exec %s: %w", cfg.Python, err)
+	pid, err := syscall.ForkExec(cfg.Python, append([]string{"python3"}, cfg.Args...), &syscall.ProcAttr{
+		Dir:   SandboxDir,
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2, initCtlFD}, // ctlFD
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
+		},
+	})
+	syscall.Close(initCtlFD) // python3's now: its end must end the socket
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", cfg.Python, err)
+	}
+	return pid, nil
+}
+
+// takeJob reads the job, writes its code and files and answers serve.
+func takeJob(sock *os.File, r *bufio.Reader, cfg initConfig) {
+	defer sock.Close()
+	job, files, err := readJob(r)
+	if err == nil {
+		job.UID, job.GID = cfg.UID, cfg.GID
+		err = populate(job, files)
+	} else {
+		err = fmt.Errorf("read job: %w", err)
+	}
+	if err != nil {
+		report(sock, err)
+		return
+	}
+	sock.WriteString(initWritten)
+	// The files were read into memory, which the run's cgroup counts.
+	files = nil
+	debug.FreeOSMemory()
+}
+
+// reap waits for every process that ends up the init's child (python3, and
+// the orphans the kernel hands a namespace's init) until python3 ends, and
+// returns python3's status as an exit status: its code, or 128 plus the
+// signal that killed it. The init then exits, and with it, by the kernel's
+// hand, every process still in the namespace.
+func reap(python int) int {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case err == syscall.EINTR:
+		case err != nil:
+			return 127 // no child left: cannot happen while python3 lives
+		case pid != python:
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+	}
 }
 
 // reportReady tells serve the run is set up, handing it a descriptor of
@@ -305,18 +390,22 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// populate writes the code and the job's files into the fresh /tmp. Nothing
-// but this process can see it yet, so no link or FIFO can be in the way.
+// populate writes the code and the job's files into the run's /tmp, then
+// gives the working directory to the run. Only this process can write in
+// the working directory until then (root's, 0711), so no link or FIFO can
+// be waiting in it; the code's file is made new, never followed.
 func populate(cfg initConfig, files []File) error {
 	uid, gid := int(cfg.UID), int(cfg.GID)
-	if err := os.WriteFile(sandboxSnippet, []byte(cfg.Code), 0o444); err != nil {
+	code, err := os.OpenFile(sandboxSnippet, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o444)
+	if err != nil {
 		return fmt.Errorf("write code: %w", err)
 	}
-	if err := os.Mkdir(SandboxDir, 0o700); err != nil {
-		return fmt.Errorf("make working directory: %w", err)
+	_, err = code.WriteString(cfg.Code)
+	if cerr := code.Close(); err == nil {
+		err = cerr
 	}
-	if err := os.Lchown(SandboxDir, uid, gid); err != nil {
-		return fmt.Errorf("make working directory: %w", err)
+	if err != nil {
+		return fmt.Errorf("write code: %w", err)
 	}
 	root, err := os.OpenRoot(SandboxDir)
 	if err != nil {
@@ -340,24 +429,11 @@ func populate(cfg initConfig, files []File) error {
 			return fmt.Errorf("write file %q: %w", f.Path, err)
 		}
 	}
-	return nil
-}
-
-// dropPrivileges becomes uid and gid with no supplementary groups and no
-// way back: a change of every uid from 0 clears all capabilities, and
-// no_new_privs makes setuid and file capabilities inert for good.
-func dropPrivileges(uid, gid uint32) error {
-	if err := syscall.Setgroups([]int{}); err != nil {
-		return fmt.Errorf("drop groups: %w", err)
+	if err := root.Chmod(".", 0o700); err != nil {
+		return fmt.Errorf("give working directory: %w", err)
 	}
-	if err := syscall.Setresgid(int(gid), int(gid), int(gid)); err != nil {
-		return fmt.Errorf("set gid: %w", err)
-	}
-	if err := syscall.Setresuid(int(uid), int(uid), int(uid)); err != nil {
-		return fmt.Errorf("set uid: %w", err)
-	}
-	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); e != 0 {
-		return fmt.Errorf("set no_new_privs: %w", e)
+	if err := root.Lchown(".", uid, gid); err != nil {
+		return fmt.Errorf("give working directory: %w", err)
 	}
 	return nil
 }

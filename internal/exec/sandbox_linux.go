@@ -32,15 +32,26 @@ import (
 //     and the code), /var/tmp and /dev/shm; they are visible only in this
 //     mount namespace and vanish with its last process, so no cleanup ever
 //     walks a tree the snippet shaped;
-//   - writes the code and the input files, read from a socket to serve,
-//     into that fresh tmpfs, where no link or FIFO can be waiting;
+//   - makes the working directory, root's until the job is in it;
 //   - tells serve it is ready, handing it a descriptor of the working
 //     directory (from which the run's output files are read after the run,
 //     see collect.go), and waits for serve to move it into the run's
 //     cgroups;
-//   - drops to the run's own uid and gid with no supplementary groups, sets
-//     no_new_privs and a seccomp filter that refuses new user namespaces,
-//     and execs python3.
+//   - forks python3 as the run's own uid and gid with no supplementary
+//     groups, no_new_privs and a seccomp filter that refuses new user
+//     namespaces. python3 runs the preamble of a pre-started run
+//     (prestart.go): it applies its limits, imports Options.Preload, and
+//     waits on its own socket to serve for the code, which is all it can
+//     do before its job: nothing of the job exists yet.
+//
+// When the job comes (Interp.Run), serve sends the init the code and the
+// files, which it writes, still root, into the working directory, where
+// no link or FIFO can be waiting, before it gives the directory to the
+// run's uid; only then does serve send python3 the code. The init stays
+// its namespace's PID 1, reaps what the kernel hands it, and exits with
+// python3's status when python3 ends, which ends every other process of
+// the namespace. A run started for its job is such a run handed its job at
+// once, so every isolated run takes the same path.
 //
 // The alternative of starting python3 straight from a thread that unshared
 // its mount namespace cannot give a /proc of the new PID namespace (only a
@@ -79,8 +90,10 @@ const (
 	sandboxSnippet = "/tmp/sandbox-snippet.py"
 	// initArg0 is the argv[0] by which MaybeInit knows it is a run's init.
 	initArg0 = "sandbox-init"
-	// initFD is where the init finds its socket to serve.
-	initFD = 3
+	// initFD is where the init finds its socket to serve, and initCtlFD
+	// the socket python3 gets as its ctlFD.
+	initFD    = 3
+	initCtlFD = 4
 )
 
 // DefaultDiskLimit bounds each of an isolated run's tmpfs mounts: above the
@@ -96,17 +109,18 @@ var hooked atomic.Bool
 
 // MaybeInit must run first in every binary that makes isolated runs: the
 // first statement of main, or of TestMain in a test binary; never in a
-// package init, so that a reader of main sees it. In a run's init
-// process it sets up the sandbox and execs python3, so it returns only on
-// failure, with isInit true: the caller must then exit at once with a
-// non-zero status, printing nothing (the error already went to serve).
+// package init, so that a reader of main sees it. In a run's init process
+// it sets up the sandbox, runs python3 and waits for it, and returns with
+// isInit true and the status the process must exit with at once, printing
+// nothing: python3's (its exit code, or 128 plus the signal that killed
+// it), or 127 when the set-up failed (the error already went to serve).
 // Everywhere else it returns false and records that isolated runs are
-// possible, so that a binary without the hook is refused rather than started
-// again as a run's init.
-func MaybeInit() (isInit bool, err error) {
+// possible, so that a binary without the hook is refused rather than
+// started again as a run's init.
+func MaybeInit() (isInit bool, status int) {
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
 		hooked.Store(true)
-		return false, nil
+		return false, 0
 	}
 	return true, sandboxInit()
 }
@@ -136,25 +150,29 @@ func checkSandbox(s *Sandbox) error {
 	return nil
 }
 
-// setupTimeout bounds an isolated run's set-up: the mounts, at most
-// MaxFilesBytes through a local socket, the cgroup moves. It takes a few
-// milliseconds; a run that has not started by then never will.
+// setupTimeout bounds an isolated run's set-up (the mounts, the cgroup
+// moves, python3's fork) and, apart, the writing of its job (at most
+// MaxFilesBytes through a local socket). Each takes a few milliseconds; a
+// run that has not done it by then never will.
 const setupTimeout = 10 * time.Second
 
-// sandboxStart is serve's side of an isolated run's start.
+// sandboxStart is serve's side of an isolated run's init.
 type sandboxStart struct {
-	parent, child *os.File   // the socket to the init: ours, and its end until it has started
+	parent, child *os.File // the socket to the init: ours, and its end until it has started
+	rr            *rightsReader
+	r             *bufio.Reader
 	cg            *runCgroup // nil without cgroups
 	cfg           initConfig
-	files         []File
 	// workDir is the run's working directory, as the init opened it; nil
 	// until the init is ready.
 	workDir *os.File
 }
 
-// prepareSandbox turns cmd into the start of the run's init and makes the
-// run's cgroups.
-func prepareSandbox(cmd *osexec.Cmd, opts Options, python string, args, env []string, job *Job) (*sandboxStart, error) {
+// prepareSandbox turns cmd into the start of the run's init, which passes
+// cmd's one extra file (the socket python3 waits on) on to python3, and
+// makes the run's cgroups, in which it weighs as little as the host allows
+// until its job comes (see wake).
+func prepareSandbox(cmd *osexec.Cmd, opts Options, python string, args, env []string) (*sandboxStart, error) {
 	s := opts.Sandbox
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -169,50 +187,56 @@ func prepareSandbox(cmd *osexec.Cmd, opts Options, python string, args, env []st
 	sb := &sandboxStart{
 		parent: os.NewFile(uintptr(fds[0]), "sandbox-init"),
 		child:  os.NewFile(uintptr(fds[1]), "sandbox-init"),
-		files:  job.Files,
 		cfg: initConfig{UID: s.UID, GID: s.GID, DiskLimit: s.diskLimit(), Python: python, Args: args, Env: env,
-			Code: job.Code, Seccomp: !s.NoSeccomp},
+			Seccomp: !s.NoSeccomp},
 	}
+	sb.rr = &rightsReader{f: sb.parent}
+	sb.r = bufio.NewReaderSize(sb.rr, 4096)
 	if s.Cgroups != nil {
-		if sb.cg, err = s.Cgroups.newRun(s.MemoryLimit, opts.maxProcs()); err != nil {
+		// The pids bound leaves room for the init's own threads: python3's
+		// RLIMIT_NPROC, per run uid, is the snippet's bound.
+		if sb.cg, err = s.Cgroups.newRun(s.MemoryLimit, opts.maxProcs()+initThreads); err != nil {
 			sb.close()
 			return nil, fmt.Errorf("run: %w", err)
 		}
+		sb.cg.idle()
 	}
 	cmd.Path = "/proc/self/exe"
 	cmd.Args = []string{initArg0}
 	cmd.Dir = "/"
 	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{sb.child} // initFD
+	cmd.ExtraFiles = append([]*os.File{sb.child}, cmd.ExtraFiles...) // initFD, initCtlFD
 	cmd.SysProcAttr.Cloneflags = sandboxCloneflags
 	cmd.SysProcAttr.Credential = nil
 	return sb, nil
 }
 
-// started drops our copy of the init's end of the socket, so that its exec
-// (which closes the init's copy) is seen as end of file.
+// initThreads is what a run's pids cgroup allows beyond its python3's
+// process limit, for the init that stays its PID 1: the Go runtime's few
+// threads, which a snippet at its limit must not keep from starting.
+const initThreads = 16
+
+// started drops our copy of the init's end of the socket, so that the
+// init's end is the only one.
 func (sb *sandboxStart) started() {
 	sb.child.Close()
 	sb.child = nil
 }
 
-// handshake sends the init the job, moves it into the run's cgroups once it
-// is ready, lets it go, and returns when python3 has replaced it.
-func (sb *sandboxStart) handshake(ctx context.Context, pid int) error {
-	deadline := time.Now().Add(setupTimeout)
-	sb.parent.SetDeadline(deadline)
+// setup sends the init its configuration, moves it into the run's cgroups
+// once it is ready, lets it go, and returns when python3 has been forked.
+func (sb *sandboxStart) setup(ctx context.Context, pid int) error {
+	sb.parent.SetDeadline(time.Now().Add(setupTimeout))
 	stop := context.AfterFunc(ctx, func() { sb.parent.SetDeadline(time.Now()) })
 	defer stop()
-	rr := &rightsReader{f: sb.parent}
-	defer func() { sb.workDir = rr.take() }()
-	r := bufio.NewReaderSize(rr, 4096)
-	// The init reads the whole job before it answers; if it fails early the
-	// write fails too, and its answer says why.
-	werr := writeJob(sb.parent, sb.cfg, sb.files)
-	line, err := r.ReadString('\n')
+	defer func() { sb.workDir = sb.rr.take() }()
+	// The init reads the whole configuration before it answers; if it fails
+	// early the write fails too, and its answer says why.
+	werr := writeJob(sb.parent, sb.cfg, nil)
+	line, err := sb.r.ReadString('\n')
 	if err == nil && line == initReady {
 		if werr != nil {
-			return fmt.Errorf("run: send job to sandbox init: %w", werr)
+			return fmt.Errorf("run: send sandbox init its configuration: %w", werr)
 		}
 		if sb.cg != nil {
 			if err := sb.cg.place(pid); err != nil {
@@ -222,12 +246,33 @@ func (sb *sandboxStart) handshake(ctx context.Context, pid int) error {
 		if _, err := sb.parent.Write([]byte{initGo}); err != nil {
 			return fmt.Errorf("run: start sandbox: %w", err)
 		}
-		// End of file: the exec closed the init's end.
-		line, err = r.ReadString('\n')
-		if err == io.EOF && line == "" {
+		if line, err = sb.r.ReadString('\n'); err == nil && line == initStarted {
 			return nil
 		}
 	}
+	return sb.answerErr(ctx, line, err)
+}
+
+// sendJob sends the init the job's code and files and returns once it has
+// written them and given the working directory to the run.
+func (sb *sandboxStart) sendJob(ctx context.Context, job Job) error {
+	sb.parent.SetDeadline(time.Now().Add(setupTimeout))
+	stop := context.AfterFunc(ctx, func() { sb.parent.SetDeadline(time.Now()) })
+	defer stop()
+	werr := writeJob(sb.parent, initConfig{Code: job.Code}, job.Files)
+	line, err := sb.r.ReadString('\n')
+	if err == nil && line == initWritten {
+		if werr != nil {
+			return fmt.Errorf("run: send sandbox init the job: %w", werr)
+		}
+		return nil
+	}
+	return sb.answerErr(ctx, line, err)
+}
+
+// answerErr turns the init's answer other than the one expected into an
+// error: the job's fault (ErrInvalidJob), the host's, or a cut socket.
+func (sb *sandboxStart) answerErr(ctx context.Context, line string, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("run cancelled: %w", context.Cause(ctx))
@@ -243,19 +288,22 @@ func (sb *sandboxStart) handshake(ctx context.Context, pid int) error {
 
 // close releases the socket and removes the run's cgroups; the run's
 // processes must be gone. A cgroup that cannot be removed is left for the
-// host's tools: nothing here can log.
+// host's tools: nothing here can log. A second call does nothing.
 func (sb *sandboxStart) close() {
 	if sb.child != nil {
 		sb.child.Close()
+		sb.child = nil
 	}
 	if sb.workDir != nil {
 		// First: while it is open the run's tmpfs lives on, charged to
 		// the cgroup removed below.
 		sb.workDir.Close()
+		sb.workDir = nil
 	}
 	sb.parent.Close()
 	if sb.cg != nil {
 		_ = sb.cg.remove()
+		sb.cg = nil
 	}
 }
 

@@ -18,15 +18,16 @@ import (
 // (getrusage(RUSAGE_CHILDREN)) holds the whole tree, less the processes
 // of a killed run that were still exiting when the answer went (see
 // deathGrace). Elsewhere (the local
-// backend) the run's python3 is the init of a PID namespace of its own,
-// whose processes the kernel reaps into it before it is reaped itself, so
-// python3's usage holds the whole tree too; a run without its own PID
-// namespace (isolation none) loses the usage of the processes that
-// outlived their parents. An isolated run's python3 is the same process as
-// the run's init before it (exec keeps the process), so its CPU time also
-// counts the init's start: this binary's, some tens of milliseconds. A
-// pre-started python3's counts include its own start, before the job, as
-// they did when it was started for the job.
+// backend) the first process is the init of a PID namespace of its own,
+// whose processes are reaped into it before it is reaped itself: an
+// isolated run's init (this binary, which waits for python3 and every
+// orphan, and ends with python3), or in the weaker modes python3 itself. So
+// its usage holds the whole tree too; a run without its own PID namespace
+// (isolation none) loses the usage of the processes that outlived their
+// parents. An isolated run's CPU time also counts its init's: this
+// binary's start, some tens of milliseconds. A pre-started python3's counts
+// include its own start and its preload, before the job, as they did when
+// it was started for the job.
 //
 // Peak memory is the largest resident set of any one process of the run
 // (ru_maxrss), not their sum: the kernel keeps no peak of a tree. A run's
@@ -38,8 +39,9 @@ import (
 // Peak memory also counts, for the run's first process, the peak of the
 // process it was started from: the kernel carries a process's peak across
 // exec, and python3 is exec'd in a child that shares the runner's memory
-// (Go starts children with vfork) or, isolated, by the run's init (this
-// binary). So max_rss_kib is never below that: some 35 to 40 MiB.
+// (Go starts children with vfork). So max_rss_kib is never below that:
+// some 35 MiB. An isolated run's first process is its init, whose usage
+// holds its own peak and python3's, the larger of the two.
 //
 // Processes counts the processes and threads the run started (each takes a
 // PID): where the runner is its PID namespace's init (a pod), the

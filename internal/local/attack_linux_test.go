@@ -2,8 +2,10 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,31 +44,44 @@ func attackScript(t *testing.T, name string) string {
 	return string(b)
 }
 
-// snippetChild waits for a child of this process that runs a snippet and
-// has a SIGUSR2 handler (so it is past its set-up), and returns its pid as
-// the host sees it. skip lists children to ignore.
+// snippetChild waits for a process below this one that runs a snippet
+// and has a SIGUSR2 handler (so it is past its set-up), and returns its pid
+// as the host sees it: a child in the weaker modes, a grandchild (the
+// child of its run's init) in a sandbox. skip lists processes to ignore.
 func snippetChild(t *testing.T, skip map[int]bool) int {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		tasks, _ := os.ReadDir("/proc/self/task")
-		for _, task := range tasks {
-			kids, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
-			for _, k := range strings.Fields(string(kids)) {
-				pid, _ := strconv.Atoi(k)
-				cmd, _ := os.ReadFile("/proc/" + k + "/cmdline")
-				if skip[pid] || !strings.Contains(string(cmd), "def _sandbox():") {
-					continue
-				}
-				if status, _ := os.ReadFile("/proc/" + k + "/status"); sigCaught(string(status), syscall.SIGUSR2) {
-					return pid
-				}
+		for _, pid := range descendants(os.Getpid(), 2) {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if skip[pid] || !strings.Contains(string(cmd), "def _sandbox():") {
+				continue
+			}
+			if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); sigCaught(string(status), syscall.SIGUSR2) {
+				return pid
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("no snippet child with a SIGUSR2 handler appeared")
 	return 0
+}
+
+// descendants lists pid's children and theirs, down to depth levels.
+func descendants(pid, depth int) []int {
+	if depth == 0 {
+		return nil
+	}
+	var out []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, k := range strings.Fields(string(kids)) {
+			c, _ := strconv.Atoi(k)
+			out = append(append(out, c), descendants(c, depth-1)...)
+		}
+	}
+	return out
 }
 
 // sigCaught reports whether a /proc/PID/status shows a handler for sig.
@@ -238,7 +253,7 @@ func TestAttackProcessHog(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, Options{MaxProcs: 64})
 			requireSandbox(t, b)
-			b.iso.sharedUID = tc.sharedUID
+			setIsolation(b, func(iso *isolation) { iso.sharedUID = tc.sharedUID })
 			wait := background(t, b, sbexec.Job{Code: hog, Timeout: 30 * time.Second})
 			pid := snippetChild(t, nil)
 			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -336,12 +351,24 @@ func TestAttackCleanupShape(t *testing.T) {
 				t.Errorf("%s after the run: %v %v, want mode %v", p, fi.Mode(), err, want)
 			}
 		}
-		if b.base != "" {
-			if left, _ := os.ReadDir(b.base); len(left) > 0 {
-				t.Errorf("left behind in %s: %v", b.base, left)
+		if onHost {
+			// The run's own directory, which holds the working directory;
+			// the pool's waiting runs have theirs beside it.
+			if _, err := os.Lstat(filepath.Dir(dir)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("left behind: %s (%v)", filepath.Dir(dir), err)
 			}
 		}
 	})
+}
+
+// setIsolation changes b's isolation for a test, restarting its pool so
+// that its pre-started interpreters are started under it too.
+func setIsolation(b *Backend, change func(*isolation)) {
+	b.warm.close()
+	change(&b.iso)
+	if b.warm != nil {
+		b.warm = newWarmPool(b, b.opts.Warm)
+	}
 }
 
 // sandboxAndControl runs attack as a sandboxed run and again as the

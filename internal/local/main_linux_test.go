@@ -10,8 +10,11 @@ import (
 // TestMain lets this test binary be an isolated run's init (see
 // exec.MaybeInit).
 func TestMain(m *testing.M) {
-	if isInit, _ := exec.MaybeInit(); isInit {
-		os.Exit(127)
+	if isInit, status := exec.MaybeInit(); isInit {
+		os.Exit(status)
 	}
+	// TestThroughThePool runs tests again with every execution on a
+	// pre-started interpreter.
+	warmOnly = os.Getenv("SANDBOX_TEST_WARM_ONLY") != ""
 	os.Exit(m.Run())
 }

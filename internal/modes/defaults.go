@@ -42,6 +42,7 @@ func vars() kong.Vars {
 		"queue_wait":          seconds(local.DefaultQueueWait),
 		"memory_limit_mb":     strconv.Itoa(local.DefaultMemoryLimit >> 20),
 		"isolation":           local.IsolationAuto,
+		"warm":                strconv.Itoa(local.DefaultWarm),
 		"isolations":          strings.Join([]string{local.IsolationAuto, local.IsolationStrict, local.IsolationNone}, ","),
 		"pool_size":           strconv.Itoa(pool.DefaultSize),
 		"pool_max_factor":     strconv.Itoa(pool.DefaultMaxFactor),

@@ -14,8 +14,8 @@ const asBinary = "SANDBOX_MODES_TEST_AS_BINARY"
 // TestMain lets this test binary be an isolated run's init (see
 // exec.MaybeInit), or the sandbox binary itself (asBinary).
 func TestMain(m *testing.M) {
-	if isInit, _ := exec.MaybeInit(); isInit {
-		os.Exit(127)
+	if isInit, status := exec.MaybeInit(); isInit {
+		os.Exit(status)
 	}
 	// Tests that need the binary as a process of its own (sandbox mcp on
 	// stdio) start this test binary again with asBinary set.

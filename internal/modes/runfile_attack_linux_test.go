@@ -76,29 +76,43 @@ func TestCodeFileAsRootIsolated(t *testing.T) {
 	}
 }
 
-// snippetChild waits for a child of this process that runs a snippet and
-// has a SIGUSR2 handler, and returns its pid as the host sees it.
+// snippetChild waits for a process below this one that runs a snippet and
+// has a SIGUSR2 handler, and returns its pid as the host sees it: a child
+// (isolation none), or a grandchild, its run's init's child (isolated).
 func snippetChild(t *testing.T) int {
 	t.Helper()
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		tasks, _ := os.ReadDir("/proc/self/task")
-		for _, task := range tasks {
-			kids, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
-			for _, k := range strings.Fields(string(kids)) {
-				cmd, _ := os.ReadFile("/proc/" + k + "/cmdline")
-				status, _ := os.ReadFile("/proc/" + k + "/status")
-				if strings.Contains(string(cmd), "def _sandbox():") && strings.Contains(string(status), "SigCgt:") {
-					for line := range strings.SplitSeq(string(status), "\n") {
-						v, ok := strings.CutPrefix(line, "SigCgt:")
-						if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); ok && err == nil && m&(1<<(syscall.SIGUSR2-1)) != 0 {
-							pid, _ := strconv.Atoi(k)
-							return pid
-						}
-					}
+		for _, k := range below("self", 2) {
+			cmd, _ := os.ReadFile("/proc/" + k + "/cmdline")
+			status, _ := os.ReadFile("/proc/" + k + "/status")
+			if !strings.Contains(string(cmd), "def _sandbox():") {
+				continue
+			}
+			for line := range strings.SplitSeq(string(status), "\n") {
+				v, ok := strings.CutPrefix(line, "SigCgt:")
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); ok && err == nil && m&(1<<(syscall.SIGUSR2-1)) != 0 {
+					pid, _ := strconv.Atoi(k)
+					return pid
 				}
 			}
 		}
 	}
 	t.Fatal("no snippet child with a SIGUSR2 handler appeared")
 	return 0
+}
+
+// below lists the processes below pid, down to depth levels.
+func below(pid string, depth int) []string {
+	if depth == 0 {
+		return nil
+	}
+	var out []string
+	tasks, _ := os.ReadDir("/proc/" + pid + "/task")
+	for _, task := range tasks {
+		kids, _ := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/children")
+		for _, k := range strings.Fields(string(kids)) {
+			out = append(append(out, k), below(k, depth-1)...)
+		}
+	}
+	return out
 }

@@ -28,6 +28,7 @@ type ServeCmd struct {
 	Python        string        `group:"local" help:"Local backend: the interpreter (default python3 from the standard PATH)."`
 	MaxOutput     int           `name:"max-output" group:"local" help:"Local backend: bytes kept per stream (default ${max_output})."`
 	MemoryLimitMB int64         `name:"memory-limit-mb" group:"local" default:"${memory_limit_mb}" help:"Local backend: each run's memory in MiB (its memory cgroup, else its address space); 0 for none."`
+	Warm          int           `group:"local" default:"${warm}" env:"SANDBOX_WARM" help:"Local backend: python3 interpreters kept started ahead (at most --max-concurrent), each with --preload imported and used for one execution, then replaced; 0 for none."`
 
 	KubeFlags `embed:""`
 	ToolFlags `embed:"" group:"tool calls"`

@@ -19,6 +19,11 @@ func (c *ServeCmd) localBackend(d *Deps, log *slog.Logger) (server.Backend, func
 	if c.MemoryLimitMB <= 0 {
 		memory = -1
 	}
+	preload, _ := exec.ParsePreload(c.Preload) // checked by Validate
+	warm := c.Warm
+	if warm <= 0 {
+		warm = -1 // none
+	}
 	b, err := local.New(d.Ctx, local.Options{
 		Python:        c.Python,
 		MaxConcurrent: c.MaxConcurrent,
@@ -26,6 +31,8 @@ func (c *ServeCmd) localBackend(d *Deps, log *slog.Logger) (server.Backend, func
 		MaxOutput:     c.MaxOutput,
 		MemoryLimit:   memory,
 		Isolation:     c.Isolation,
+		Warm:          warm,
+		Preload:       preload,
 		Logger:        log,
 	})
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 // TestMain lets this test binary be an isolated run's init (see
 // exec.MaybeInit).
 func TestMain(m *testing.M) {
-	if isInit, _ := exec.MaybeInit(); isInit {
-		os.Exit(127)
+	if isInit, status := exec.MaybeInit(); isInit {
+		os.Exit(status)
 	}
 	os.Exit(m.Run())
 }
