@@ -11,6 +11,9 @@
 // IsolationStrict refuses to start. It still shares the host's kernel and
 // can read what any user may read on the host.
 //
+// A few runs wait, started ahead with Options.Preload imported, each for
+// one job (warm_linux.go); a job that finds none starts its own.
+//
 // It is Linux only (its files are named *_linux.go), as exec's running is;
 // its options build everywhere, for the flags that name them.
 package local
