@@ -232,9 +232,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.opts.Backend.Execute(ctx, job)
 	timing.Add(api.TimingTotal, time.Since(e.began))
-	w.Header().Set(api.ServerTiming, timing.Header())
 	res.RequestID = auditOf(r.Context()).id
-	if stream != nil && stream.Stop() {
+	// The stream's flusher writes the headers when it begins: they are
+	// this goroutine's again only once it has stopped.
+	begun := stream != nil && stream.Stop()
+	w.Header().Set(api.ServerTiming, timing.Header())
+	if begun {
 		// Begun: the status is said, and what follows are events.
 		if err != nil {
 			e.err = err
