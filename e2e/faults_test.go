@@ -316,6 +316,10 @@ func TestLoadThroughRollout(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("load with a rollout restart 10 s in: %s", s)
+			// Some must run: a 503 for every request is an outage, not a fault survived.
+			if s.results < loadDisruptRequests/4 {
+				t.Errorf("only %d of %d requests got a result", s.results, loadDisruptRequests)
+			}
 			for _, b := range s.bad {
 				t.Error(b)
 			}
