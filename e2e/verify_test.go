@@ -368,12 +368,24 @@ func TestVerifyRootPodWithToken(t *testing.T) {
 
 // TestVerifyRunnerWithoutTreeKill: a runner that kills only the snippet's
 // leader process on timeout. The fork bomb's children then hold its output
-// open and its answer comes late.
+// open and its answer comes late. Tool calls are judged on a deployment of
+// their own (TestVerifyToolCallsWithoutTreeKill): the bomb left running
+// swamps the 2-CPU node, and the clean-clone run of 2026-12-06 lost the
+// port-forward to it (EOF) before the tool-call checks.
 func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
 	const flag = "--weaken=kill-leader-only"
 	knobs := []knob{{"serve", flag}, {"run", flag}}
 	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
-		"runner,toolcalls", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered", "toolcalls/timeout-kills-tree"}))
+		"runner", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered"}))
+}
+
+// TestVerifyToolCallsWithoutTreeKill: the same weakened runner in tool
+// pods: a tool's children outlive its timeout.
+func TestVerifyToolCallsWithoutTreeKill(t *testing.T) {
+	const flag = "--weaken=kill-leader-only"
+	knobs := []knob{{"serve", flag}, {"run", flag}}
+	testenv.Test(t, weakenedFeature("sandbox verify fails on tool calls without the tree kill", knobs, []string{flag}, "",
+		"toolcalls", []string{"toolcalls/timeout-kills-tree"}))
 }
 
 // TestVerifyICMPAndUnfenced: sandbox pods that keep the runtime's ICMP
