@@ -312,21 +312,7 @@ func TestLoadThroughRollout(t *testing.T) {
 			if err := waitRollout(ctx, le.cs, false); err != nil {
 				t.Fatalf("the rollout did not finish: %v", err)
 			}
-			s, err := judgeLoad(out, loadDisruptRequests)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("load with a rollout restart 10 s in: %s", s)
-			// Some must run: a 503 for every request is an outage, not a fault survived.
-			if s.results < loadDisruptRequests/4 {
-				t.Errorf("only %d of %d requests got a result", s.results, loadDisruptRequests)
-			}
-			for _, b := range s.bad {
-				t.Error(b)
-			}
-			if len(s.dupIDs) > 0 {
-				t.Errorf("sandboxes used twice: %v", s.dupIDs)
-			}
+			judgeDisruption(t, out, "load with a rollout restart 10 s in")
 			le.waitSettled(ctx, t)
 			t.Logf("whole again %s after the load began", time.Since(start).Round(time.Second))
 			return ctx

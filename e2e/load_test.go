@@ -345,6 +345,27 @@ func TestLoad(t *testing.T) {
 	testenv.Test(t, f)
 }
 
+// judgeDisruption judges a load run beside a fault (what): every answer a
+// result or a documented 503, some results, no sandbox used twice.
+func judgeDisruption(t *testing.T, out, what string) {
+	t.Helper()
+	s, err := judgeLoad(out, loadDisruptRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s", what, s)
+	// Some must run: a 503 for every request is an outage, not a fault survived.
+	if s.results < loadDisruptRequests/4 {
+		t.Errorf("only %d of %d requests got a result", s.results, loadDisruptRequests)
+	}
+	for _, b := range s.bad {
+		t.Error(b)
+	}
+	if len(s.dupIDs) > 0 {
+		t.Errorf("sandboxes used twice: %v", s.dupIDs)
+	}
+}
+
 // TestLoadWhileServeIsReplaced: a serve replica is deleted (gracefully, as
 // a rollout or a drain does) while the load runs. Clients may see results
 // and documented 503s, never a refused or reset connection or a hang, and
@@ -371,21 +392,7 @@ func TestLoadWhileServeIsReplaced(t *testing.T) {
 			if delErr != nil {
 				t.Fatalf("delete serve %s: %v", victim.Name, delErr)
 			}
-			s, err := judgeLoad(out, loadDisruptRequests)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("load with serve %s deleted 10 s in: %s", victim.Name, s)
-			// Some must run: a 503 for every request is an outage, not a fault survived.
-			if s.results < loadDisruptRequests/4 {
-				t.Errorf("only %d of %d requests got a result", s.results, loadDisruptRequests)
-			}
-			for _, b := range s.bad {
-				t.Error(b)
-			}
-			if len(s.dupIDs) > 0 {
-				t.Errorf("sandboxes used twice: %v", s.dupIDs)
-			}
+			judgeDisruption(t, out, fmt.Sprintf("load with serve %s deleted 10 s in", victim.Name))
 			le.waitSettled(ctx, t)
 			for _, p := range le.servePods(ctx, t) {
 				if p.UID == victim.UID {
