@@ -194,11 +194,11 @@ func TestPoolPodGoesSilentMidRun(t *testing.T) {
 // namespace on the kind node, found through the pod sandbox's process.
 func cutPodNetwork(ctx context.Context, t *testing.T, node, pod string) {
 	t.Helper()
-	ids := strings.Fields(onNode(ctx, t, node, "crictl", "pods", "--name", "^"+pod+"$", "--namespace", kindenv.Namespace, "-q"))
+	ids := strings.Fields(crictl(ctx, t, node, "pods", "--name", "^"+pod+"$", "--namespace", kindenv.Namespace, "-q"))
 	if len(ids) != 1 {
 		t.Fatalf("pod sandboxes of %s on %s: %q", pod, node, ids)
 	}
-	pid := gjson.Get(onNode(ctx, t, node, "crictl", "inspectp", ids[0]), "info.pid").Int()
+	pid := gjson.Get(crictl(ctx, t, node, "inspectp", ids[0]), "info.pid").Int()
 	if pid <= 0 {
 		t.Fatalf("no process of pod sandbox %s of %s", ids[0], pod)
 	}
@@ -214,4 +214,12 @@ func onNode(ctx context.Context, t *testing.T, node string, args ...string) stri
 		t.Fatalf("on node %s: %v: %v\n%s", node, args, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// crictl runs crictl on a node with a timeout fit for a loaded CI node: its
+// default of 2 s to reach containerd is too short right after the runtime
+// restart of TestContainerRuntimeRestart, or while pods churn.
+func crictl(ctx context.Context, t *testing.T, node string, args ...string) string {
+	t.Helper()
+	return onNode(ctx, t, node, append([]string{"crictl", "--timeout=30s"}, args...)...)
 }

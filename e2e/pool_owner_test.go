@@ -207,15 +207,15 @@ func TestPoolServeContainerRestart(t *testing.T) {
 
 			// Kill the serve process from the node: SIGKILL, no shutdown.
 			node := Suite(ctx).NodeName
-			sandboxes := strings.Fields(onNode(ctx, t, node, "crictl", "pods", "--name", "^"+pe.owner+"$", "--namespace", kindenv.Namespace, "-q"))
+			sandboxes := strings.Fields(crictl(ctx, t, node, "pods", "--name", "^"+pe.owner+"$", "--namespace", kindenv.Namespace, "-q"))
 			if len(sandboxes) != 1 {
 				t.Fatalf("pod sandboxes of %s: %q", pe.owner, sandboxes)
 			}
-			ctrs := strings.Fields(onNode(ctx, t, node, "crictl", "ps", "--pod", sandboxes[0], "--name", "^serve$", "-q"))
+			ctrs := strings.Fields(crictl(ctx, t, node, "ps", "--pod", sandboxes[0], "--name", "^serve$", "-q"))
 			if len(ctrs) != 1 {
 				t.Fatalf("serve containers of %s: %q", pe.owner, ctrs)
 			}
-			pid := gjson.Get(onNode(ctx, t, node, "crictl", "inspect", ctrs[0]), "info.pid").Int()
+			pid := gjson.Get(crictl(ctx, t, node, "inspect", ctrs[0]), "info.pid").Int()
 			if pid <= 0 {
 				t.Fatalf("no process of serve container %s", ctrs[0])
 			}
