@@ -57,6 +57,10 @@ type Call struct {
 	Kwargs  json.RawMessage
 	Timeout time.Duration
 	Env     map[string]string
+	// RequestID is the id of the request that made the call (set by the
+	// server, not read from the request): the tool pod's annotation, and
+	// so the gateway's log lines, carry it.
+	RequestID string
 }
 
 // Function is the call's "module:attr" reference.

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/pool"
 )
@@ -126,7 +127,11 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("api server CIDR: %w", err)
 		}
 	}
-	if err := api.ValidateImagePatterns(o.ToolImages); err != nil {
+	ims, err := egress.ParseImages(o.ToolImages)
+	if err != nil {
+		return err
+	}
+	if err := api.ValidateImagePatterns(ims.Patterns()); err != nil {
 		return err
 	}
 	if _, err := kube.ParsePrefixes(o.ToolEgressDeny); err != nil {
@@ -305,7 +310,7 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 			"SANDBOX_POOL_MAX":             strconv.Itoa(o.PoolMax),
 			"SANDBOX_RUNTIME_CLASS":        o.RuntimeClass,
 			"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
-			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ","),
+			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ";"),
 			"SANDBOX_TOOL_INTERNET_EGRESS": strconv.FormatBool(!o.NoToolInternet),
 			"SANDBOX_TOOL_EGRESS_DENY":     strings.Join(o.ToolEgressDeny, ","),
 			"SANDBOX_SNIPPET_DNS":          o.SnippetDNS,

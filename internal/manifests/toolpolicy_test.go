@@ -106,16 +106,19 @@ func TestToolPolicies(t *testing.T) {
 }
 
 func TestToolOptions(t *testing.T) {
-	m := mustObjects(t, Options{ToolImages: []string{"reg.example/agents/", "agent:dev"}, NoToolInternet: true})
+	m := mustObjects(t, Options{ToolImages: []string{"reg.example/agents/", "agent:dev=api.example.com,*.example.org"}, NoToolInternet: true})
 	env := map[string]string{}
 	for _, e := range m["Deployment/sandbox"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
-	if env["SANDBOX_TOOL_IMAGES"] != "reg.example/agents/,agent:dev" || env["SANDBOX_TOOL_INTERNET_EGRESS"] != "false" {
+	if env["SANDBOX_TOOL_IMAGES"] != "reg.example/agents/;agent:dev=api.example.com,*.example.org" || env["SANDBOX_TOOL_INTERNET_EGRESS"] != "false" {
 		t.Errorf("tool env %v", env)
 	}
 	if _, err := Objects(Options{ToolImages: []string{"a*b"}}); err == nil {
 		t.Error("a * inside an allow-list entry was accepted")
+	}
+	if _, err := Objects(Options{ToolImages: []string{"a:1=x..example"}}); err == nil {
+		t.Error("a bad egress was accepted")
 	}
 }
 

@@ -70,6 +70,8 @@ func vars() kong.Vars {
 		"tool_env_deny":       strings.Join(api.DefaultEnvDeny, ","),
 		"tool_ready_timeout":  seconds(kube.ToolReadyTimeout),
 		"tool_max_concurrent": strconv.Itoa(toolpod.DefaultMaxConcurrent),
+		"egress_service":      toolpod.DefaultGatewayService,
+		"egress_port":         strconv.Itoa(toolpod.DefaultGatewayPort),
 		"snippet_dns":         kube.DefaultDNS,
 		"snippet_dns_modes":   strings.Join(kube.DNSModes, ","),
 		"seal_dns_name":       seal.ProbeName,

@@ -17,7 +17,7 @@ type ManifestsCmd struct {
 	RuntimeClass     string        `name:"runtime-class" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
 	PodCPURequest    string        `name:"pod-cpu-request" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes (a 2-CPU kind node holds one 1-CPU pod)."`
 	APIServerCIDRs   []string      `name:"api-server-cidr" default:"${api_server_cidrs}" sep:"," help:"Addresses the service may reach the API server at (its Service IP and endpoints), for its NetworkPolicy. The default fits kind."`
-	ToolImages       []string      `name:"tool-images" sep:"," placeholder:"IMAGE" help:"Images tool calls (POST /v1/call) may run: exact, or prefixes ending in / or *. Empty: /v1/call is off."`
+	ToolImages       []string      `name:"tool-images" sep:";" placeholder:"IMAGE[=EGRESS]" help:"Images tool calls (POST /v1/call) may run: exact, or prefixes ending in / or *, separated by ; each with its egress if given (serve's --tool-images). Empty: /v1/call is off."`
 	ToolReadyTimeout time.Duration `name:"tool-ready-timeout" help:"How long a tool call waits for its pod to be Ready (default ${tool_ready_timeout})."`
 	ToolInternet     bool          `name:"tool-internet-egress" default:"true" negatable:"" help:"Tool pods may reach the internet, never private ranges or metadata (--no-tool-internet-egress: DNS only)."`
 	ToolEgressDeny   []string      `name:"tool-egress-deny" sep:"," placeholder:"CIDR" help:"Prefixes of your machines that no API object lists (a node's public address on another interface), kept out of tool pods' internet with every node's and API server endpoint's address."`

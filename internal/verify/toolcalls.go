@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/verify/netsec"
 	"github.com/sandboxd/sandbox/wire"
@@ -282,9 +283,12 @@ func toolImageOf(dep *appsv1.Deployment) string {
 	if v, ok := flagValue(args, "tool-images"); ok {
 		list = v
 	}
-	for _, p := range strings.Split(list, ",") {
-		p = strings.TrimSpace(p)
-		if p != "" && !strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "*") {
+	ims, err := egress.ParseImages([]string{list})
+	if err != nil {
+		return ""
+	}
+	for _, p := range ims.Patterns() {
+		if !strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "*") {
 			return p
 		}
 	}
