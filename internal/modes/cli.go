@@ -21,6 +21,7 @@ type CLI struct {
 	Exec      ExecCmd      `cmd:"" help:"Send a snippet to a sandbox service and print its output."`
 	Manifests ManifestsCmd `cmd:"" help:"Print the Kubernetes manifests that deploy the service."`
 	Verify    VerifyCmd    `cmd:"" help:"Prove the deployment's security properties against a live cluster."`
+	Egress    EgressCmd    `cmd:"" help:"Serve the egress gateway: tool pods with an allow list of names reach the internet through it only."`
 	Version   VersionCmd   `cmd:"" help:"Print the version."`
 }
 
