@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandboxd/sandbox/internal/weaken"
 )
 
 // Bounds of the gateway, per tool pod and per connection.
@@ -74,6 +76,9 @@ type Options struct {
 	// DefaultDrain).
 	Drain  time.Duration
 	Logger *slog.Logger
+	// Weaken weakens the gateway on purpose (weaken.ParseGateway), for
+	// verify's negative tests; the zero Set in every real deployment.
+	Weaken weaken.Set
 }
 
 // Gateway is the egress gateway: an HTTP proxy (CONNECT for HTTPS, the
@@ -336,7 +341,8 @@ func (g *Gateway) target(ctx context.Context, s *Source, host string, port int, 
 		name = h
 	}
 	d.host, d.port = name, port
-	if !s.Allow.Allows(name, port) {
+	allowed := s.Allow.Allows(name, port) || g.o.Weaken.Has(weaken.EgressAllowAll)
+	if !allowed || g.o.Weaken.Has(weaken.EgressRefuseAll) {
 		if ipErr == nil {
 			return nil, refuse(http.StatusForbidden, "ip_literal", "%s is an address, and tool pod %s's list (%s) does not hold it: name the host", name, s.Pod, s.Allow)
 		}
@@ -355,7 +361,7 @@ func (g *Gateway) target(ctx context.Context, s *Source, host string, port int, 
 	// One answer that is not public refuses the name: a mix of public and
 	// private answers is rebinding waiting for the dial to pick the latter.
 	for _, a := range addrs {
-		if why := refusedRange(a, g.o.Permit, g.o.Deny); why != "" {
+		if why := refusedRange(a, g.o.Permit, g.o.Deny); why != "" && !g.o.Weaken.Has(weaken.EgressRebind) {
 			d.addr = netip.AddrPortFrom(a.Unmap(), uint16(port))
 			return nil, refuse(http.StatusForbidden, "private_address", "%s resolves to %s, which is %s: refused", name, a.Unmap(), why)
 		}
@@ -410,7 +416,7 @@ func (g *Gateway) connect(ctx context.Context, c net.Conn, cr io.Reader, req *ht
 		return refuse(0, "not_tls", "the connection to %s:%d does not open with a TLS ClientHello (the gateway carries TLS only over CONNECT; send plain HTTP as a proxy request): %v", d.host, port, err)
 	}
 	d.sni = sni
-	if !sniMatches(sni, d.host) {
+	if !sniMatches(sni, d.host) && !g.o.Weaken.Has(weaken.EgressNoSNI) {
 		return refuse(0, "sni_mismatch", "the ClientHello names %q, not %s, the host CONNECT named (domain fronting is refused)", sni, d.host)
 	}
 	_ = c.SetReadDeadline(time.Time{})

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sandboxd/sandbox/internal/kube"
+	"github.com/sandboxd/sandbox/internal/weaken"
 )
 
 const testNS = "sandbox"
@@ -541,5 +542,48 @@ func TestPlainHTTP(t *testing.T) {
 		if err != nil || res.StatusCode != tt.status {
 			t.Errorf("%q: %v %v, want %d", tt.req, res, err, tt.status)
 		}
+	}
+}
+
+// Each gateway weakening opens what a refusal above closes, so that
+// verify's checks can be shown to fail against it.
+func TestWeakenedGateway(t *testing.T) {
+	for _, tt := range []struct {
+		w      weaken.Name
+		list   string
+		target func(r *rig) string
+		status int
+	}{
+		{weaken.EgressAllowAll, "allowed.test:1", func(r *rig) string { return "other.test:" + strconv.Itoa(r.port) }, 200},
+		{weaken.EgressRefuseAll, "", func(r *rig) string { return "allowed.test:" + strconv.Itoa(r.port) }, 403},
+		{weaken.EgressRebind, "", func(r *rig) string { return "meta.test:" + strconv.Itoa(r.port) }, 502},
+	} {
+		t.Run(string(tt.w), func(t *testing.T) {
+			ws, err := weaken.ParseGateway([]string{string(tt.w)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := newRig(t, Options{Weaken: ws})
+			list := tt.list
+			if list == "" {
+				list = "allowed.test:" + strconv.Itoa(r.port) + ",meta.test:" + strconv.Itoa(r.port)
+			}
+			r.addPod(t, "tool-a", "uid-a", list)
+			if _, status, body := r.connect(t, tt.target(r)); status != tt.status {
+				t.Errorf("CONNECT %s: %d %q, want %d", tt.target(r), status, body, tt.status)
+			}
+		})
+	}
+	ws, _ := weaken.ParseGateway([]string{string(weaken.EgressNoSNI)})
+	r := newRig(t, Options{Weaken: ws})
+	r.addPod(t, "tool-a", "uid-a", "allowed.test:"+strconv.Itoa(r.port))
+	c, status, _ := r.connect(t, "allowed.test:"+strconv.Itoa(r.port))
+	if status != 200 {
+		t.Fatal(status)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "other.test", RootCAs: r.pool})
+	_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		t.Errorf("egress-no-sni: the fronted handshake failed: %v", err)
 	}
 }

@@ -141,8 +141,18 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	}
 	// A pod with no egress or with the gateway's has no DNS either: its
 	// runner answers every lookup in the pod (see seal.Resolver), and
-	// proves the cluster DNS cut with the rest of its seal.
-	sealedDNS := egress == EgressNone || egress == EgressGateway
+	// proves the cluster DNS cut with the rest of its seal. LabelDNS says
+	// which: the manifests' sandbox-tool-dns policy opens the cluster DNS
+	// to the others.
+	sealedDNS := (egress == EgressNone || egress == EgressGateway) && !o.Weaken.Has(weaken.EgressClusterDNS)
+	dnsMode := DNSCluster
+	if sealedDNS {
+		dnsMode = DNSSealed
+	}
+	label := egress
+	if egress == EgressGateway && o.Weaken.Has(weaken.EgressDirect) {
+		label = EgressInternet
+	}
 	bin := ToolBinDir + "/sandbox"
 	args := []string{"run", "--call", "--listen", ":" + strconv.Itoa(int(port)),
 		"--max-timeout", (o.MaxTimeout).String()}
@@ -166,7 +176,8 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 				LabelName:   RunnerName,
 				LabelKind:   KindTool,
 				LabelOwner:  LabelValue(o.Owner.Name),
-				LabelEgress: egress,
+				LabelEgress: label,
+				LabelDNS:    dnsMode,
 			},
 			Annotations: map[string]string{},
 		},

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sandboxd/sandbox/internal/seal"
+	"github.com/sandboxd/sandbox/internal/weaken"
 )
 
 func TestToolPodHardened(t *testing.T) {
@@ -130,5 +131,25 @@ func TestToolPodEgress(t *testing.T) {
 				t.Errorf("annotations %v", p.Annotations)
 			}
 		})
+	}
+}
+
+// The egress weakenings: a gateway pod that also gets the internet policy's
+// label, or that keeps the cluster DNS.
+func TestToolPodEgressWeakened(t *testing.T) {
+	o := ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1", Owner: Owner{Name: "serve-0"},
+		Egress: EgressGateway, Proxy: "http://10.96.7.7:3128", EgressAllow: "a.example"}
+	p := ToolPod(o, "p", MinUID)
+	if p.Labels[LabelEgress] != EgressGateway || p.Labels[LabelDNS] != DNSSealed {
+		t.Fatalf("unweakened labels %v", p.Labels)
+	}
+	o.Weaken, _ = weaken.Parse([]string{string(weaken.EgressDirect)}, false)
+	if p := ToolPod(o, "p", MinUID); p.Labels[LabelEgress] != EgressInternet {
+		t.Errorf("egress-direct: labels %v", p.Labels)
+	}
+	o.Weaken, _ = weaken.Parse([]string{string(weaken.EgressClusterDNS)}, false)
+	p = ToolPod(o, "p", MinUID)
+	if p.Labels[LabelDNS] != DNSCluster || p.Spec.DNSPolicy == corev1.DNSNone || slices.Contains(p.Spec.Containers[0].Args, "--resolver") {
+		t.Errorf("egress-cluster-dns: labels %v dns %q args %v", p.Labels, p.Spec.DNSPolicy, p.Spec.Containers[0].Args)
 	}
 }

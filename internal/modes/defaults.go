@@ -68,6 +68,7 @@ func vars() kong.Vars {
 		"verify_timeout":       seconds(verify.DefaultTimeout),
 		"weaken_serve":         weaken.List(false),
 		"weaken_run":           weaken.List(true),
+		"weaken_gateway":       weaken.ListGateway(),
 		"tool_env_deny":        strings.Join(api.DefaultEnvDeny, ","),
 		"tool_ready_timeout":   seconds(kube.ToolReadyTimeout),
 		"tool_max_concurrent":  strconv.Itoa(toolpod.DefaultMaxConcurrent),

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/manifests"
+	"github.com/sandboxd/sandbox/internal/weaken"
 )
 
 // EgressCmd is `sandbox egress`, the egress gateway: tool pods whose image
@@ -31,6 +32,9 @@ type EgressCmd struct {
 	MaxBytesOut    int64    `name:"max-bytes-out-per-pod" default:"${egress_max_bytes_out}" env:"SANDBOX_EGRESS_MAX_BYTES_OUT_PER_POD" help:"Bytes one tool pod sends out through the gateway over its life."`
 	LogFormat      string   `name:"log-format" enum:"text,json" default:"json" env:"SANDBOX_LOG_FORMAT" help:"Log format on stderr."`
 	LogLevel       string   `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least severe log level shown."`
+
+	// For the e2e suite's negative tests only: see package weaken.
+	Weaken []string `name:"weaken" env:"SANDBOX_WEAKEN" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the gateway on purpose (${weaken_gateway}), to show that verify catches it. Never in production."`
 }
 
 // Validate checks the flags kong cannot.
@@ -39,6 +43,9 @@ func (c *EgressCmd) Validate() error {
 		if _, err := kube.ParsePrefixes(list); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+	}
+	if _, err := weaken.ParseGateway(c.Weaken); err != nil {
+		return fmt.Errorf("--weaken: %w", err)
 	}
 	if c.MaxConnsPerPod < 1 {
 		return fmt.Errorf("--max-conns-per-pod %d: must be at least 1", c.MaxConnsPerPod)
@@ -76,7 +83,11 @@ func (c *EgressCmd) Run(d *Deps) error {
 			gw.PodCount(n)
 		}
 	})
-	gw, err = egress.New(egress.Options{Sources: pods, Deny: deny, Permit: permit,
+	weakened, _ := weaken.ParseGateway(c.Weaken)
+	if names := weakened.Names(false); names != nil {
+		log.Warn("egress gateway deliberately weakened for verify's negative tests", "weaken", names)
+	}
+	gw, err = egress.New(egress.Options{Sources: pods, Deny: deny, Permit: permit, Weaken: weakened,
 		MaxConnsPerPod: c.MaxConnsPerPod, MaxBytesOutPerPod: c.MaxBytesOut, Logger: log.With("component", "egress")})
 	if err != nil {
 		return err
