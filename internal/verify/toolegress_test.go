@@ -2,6 +2,7 @@ package verify
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -99,5 +100,24 @@ func TestEgressImageOf(t *testing.T) {
 	}
 	if got := toolImageOf(dep); got != "agent:dev" {
 		t.Errorf("toolImageOf = %s", got)
+	}
+}
+
+func TestInternetCaveat(t *testing.T) {
+	dep := func(images, def string) *appsv1.Deployment {
+		return &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Env: []corev1.EnvVar{{Name: "SANDBOX_TOOL_IMAGES", Value: images}, {Name: "SANDBOX_TOOL_DEFAULT_EGRESS", Value: def}}}}}}}}
+	}
+	c := internetCaveat(dep("agent:dev;agent:web=a.example;agent:net=internet;agent:calc=none", "internet"))
+	for _, want := range []string{"agent:dev (no egress given, default internet)", "agent:net (given internet)"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("caveat %q lacks %q", c, want)
+		}
+	}
+	if strings.Contains(c, "agent:web (") || strings.Contains(c, "agent:calc (") {
+		t.Errorf("caveat names an image not on internet: %q", c)
+	}
+	if c := internetCaveat(dep("agent:dev;agent:web=a.example", "none")); c != "" {
+		t.Errorf("nothing on internet, caveat %q", c)
 	}
 }
