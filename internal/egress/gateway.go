@@ -353,7 +353,9 @@ func (g *Gateway) target(ctx context.Context, s *Source, host string, port int, 
 		rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 		defer cancel()
 		var err error
-		addrs, err = g.o.Resolver.LookupNetIP(rctx, "ip", name)
+		// Absolute: the pod's search domains must never turn a listed
+		// name into a cluster one.
+		addrs, err = g.o.Resolver.LookupNetIP(rctx, "ip", name+".")
 		if err != nil || len(addrs) == 0 {
 			return nil, refuse(http.StatusBadGateway, "resolve_failed", "cannot resolve %s: %v", name, err)
 		}

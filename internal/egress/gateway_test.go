@@ -41,7 +41,10 @@ const testNS = "sandbox"
 type mapResolver map[string][]netip.Addr
 
 func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := m[host]; ok {
+	if !strings.HasSuffix(host, ".") {
+		return nil, fmt.Errorf("%q is not absolute: the pod's search domains would apply", host)
+	}
+	if a, ok := m[strings.TrimSuffix(host, ".")]; ok {
 		return a, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}

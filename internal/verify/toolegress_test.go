@@ -53,6 +53,7 @@ func TestJudgeEgress(t *testing.T) {
 		{"egress-allow-all", "toolcalls/name-not-allowed", "other", `{"ok":true,"status":200,"token":true}`},
 		{"egress-direct", "toolcalls/no-direct-egress", "direct", `{"ok":true}`},
 		{"egress-rebind", "toolcalls/rebinding-refused", `rebind.rebind\.test:443`, `{"ok":false,"error":"Tunnel connection failed: 502 Bad Gateway"}`},
+		{"egress-rebind (dropped dial)", "toolcalls/rebinding-refused", `rebind.meta\.test:443`, `{"ok":false,"error":"URLError: <urlopen error timed out>"}`},
 		{"egress-no-sni", "toolcalls/sni-mismatch-refused", "sni_other", `{"connect":"HTTP/1.1 200 Connection established","handshake":true,"token":true}`},
 		{"egress-cluster-dns", "toolcalls/no-own-dns", "lookup_allowed", `{"addrs":["198.51.100.20"]}`},
 	} {
