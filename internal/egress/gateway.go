@@ -180,19 +180,18 @@ func (g *Gateway) track(c net.Conn, add bool) {
 
 // decision is one connection's record: its log line and its metrics.
 type decision struct {
-	src       *Source
-	from      netip.Addr
-	method    string
-	host      string
-	port      int
-	addr      netip.AddrPort
-	sni       string
-	allowed   bool
-	reason    string // why refused, or how an allowed connection ended
-	detail    string
-	out, in   int64
-	began     time.Time
-	connected time.Time
+	src     *Source
+	from    netip.Addr
+	method  string
+	host    string
+	port    int
+	addr    netip.AddrPort
+	sni     string
+	allowed bool
+	reason  string // why refused, or how an allowed connection ended
+	detail  string
+	out, in int64
+	began   time.Time
 }
 
 // refusal is a refused connection: its status, reason label and message.

@@ -54,7 +54,6 @@ func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Add
 // self-signed certificate for allowed.test and other.test) and a plain
 // HTTP one, the tool pods it knows in a fake API server.
 type rig struct {
-	t       *testing.T
 	gw      *Gateway
 	proxy   *url.URL
 	tls     *httptest.Server
