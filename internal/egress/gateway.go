@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,9 @@ type Options struct {
 	// the API server's); Permit addresses dialled despite their range (a
 	// test's loopback, the kind rig's stand-ins). Deny wins.
 	Deny, Permit []netip.Prefix
+	// Fenced, if set, adds to Deny as it changes: the addresses serve's
+	// fence keeps out of the tool pods' internet policy (a *Fenced).
+	Fenced func() []netip.Prefix
 	// Bounds per tool pod (0: the defaults above).
 	MaxConnsPerPod    int
 	MaxBytesOutPerPod int64
@@ -361,8 +365,12 @@ func (g *Gateway) target(ctx context.Context, s *Source, host string, port int, 
 	}
 	// One answer that is not public refuses the name: a mix of public and
 	// private answers is rebinding waiting for the dial to pick the latter.
+	deny := g.o.Deny
+	if g.o.Fenced != nil {
+		deny = append(slices.Clone(deny), g.o.Fenced()...)
+	}
 	for _, a := range addrs {
-		if why := refusedRange(a, g.o.Permit, g.o.Deny); why != "" && !g.o.Weaken.Has(weaken.EgressRebind) {
+		if why := refusedRange(a, g.o.Permit, deny); why != "" && !g.o.Weaken.Has(weaken.EgressRebind) {
 			d.addr = netip.AddrPortFrom(a.Unmap(), uint16(port))
 			return nil, refuse(http.StatusForbidden, "private_address", "%s resolves to %s, which is %s: refused", name, a.Unmap(), why)
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -588,4 +589,38 @@ func TestWeakenedGateway(t *testing.T) {
 	if err := tc.Handshake(); err != nil {
 		t.Errorf("egress-no-sni: the fronted handshake failed: %v", err)
 	}
+}
+
+// The addresses serve's fence lists on the tool pods' internet policy are
+// never dialled, as they change, whatever the permit says.
+func TestFencedAddressesRefused(t *testing.T) {
+	cs := fake.NewClientset()
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-tool-internet", Namespace: testNS,
+		Annotations: map[string]string{kube.FencedAnnotation: "192.0.2.80/32"}}}
+	if _, err := cs.NetworkingV1().NetworkPolicies(testNS).Create(context.Background(), np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f := NewFenced(cs, testNS, "sandbox-tool-internet")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := newRig(t, Options{Fenced: f.Prefixes, Permit: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
+	r.resolve["node.test"] = []netip.Addr{netip.MustParseAddr("192.0.2.80")}
+	r.resolve["near.test"] = []netip.Addr{netip.MustParseAddr("192.0.2.81")}
+	r.addPod(t, "tool-a", "uid-a", "node.test:443,near.test:443")
+	r.waitPods(t, func() bool { return len(f.Prefixes()) == 1 })
+	if _, status, body := r.connect(t, "node.test:443"); status != http.StatusForbidden || !strings.Contains(body, "denied") {
+		t.Errorf("fenced address: %d %q", status, body)
+	}
+	// near.test is permitted and not fenced: the gateway dials it (and
+	// finds nothing there).
+	if _, status, _ := r.connect(t, "near.test:443"); status == http.StatusForbidden {
+		t.Errorf("an address the fence does not list was refused")
+	}
+	np.Annotations[kube.FencedAnnotation] = ""
+	if _, err := cs.NetworkingV1().NetworkPolicies(testNS).Update(context.Background(), np, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitPods(t, func() bool { return len(f.Prefixes()) == 0 })
 }

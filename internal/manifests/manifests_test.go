@@ -256,7 +256,7 @@ func TestRoleIsLeastPrivilege(t *testing.T) {
 			{"", "services", "sandbox-egress", "get,list,watch"},
 			{"discovery.k8s.io", "endpointslices", "", "get,list,watch"},
 			{"", "configmaps", "sandbox-policy", "get,list,watch"}}},
-		{"Role/sandbox-egress", []rule{{"", "pods", "", "get,list,watch"}}},
+		{"Role/sandbox-egress", []rule{{"", "pods", "", "get,list,watch"}, {"networking.k8s.io", "networkpolicies", "sandbox-tool-internet", "get,list,watch"}}},
 		{"Role/sandbox-apiserver-endpoints", []rule{{"discovery.k8s.io", "endpointslices", "", "get,list,watch"}}},
 		{"ClusterRole/sandbox-read-nodes", []rule{{"", "nodes", "", "get,list,watch"}}},
 		{"ClusterRole/sandbox-review-tokens", []rule{{"authentication.k8s.io", "tokenreviews", "", "create"}}},

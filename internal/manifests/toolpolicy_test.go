@@ -234,8 +234,9 @@ func TestToolEgressPolicies(t *testing.T) {
 		t.Errorf("gateway deployment %+v", s)
 	}
 	role := m["Role/sandbox-egress"].(*rbacv1.Role)
-	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"pods"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "list", "watch"}) {
-		t.Errorf("gateway role %+v: want pods get/list/watch only", role.Rules)
+	if len(role.Rules) != 2 || !slices.Equal(role.Rules[0].Resources, []string{"pods"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get", "list", "watch"}) ||
+		!slices.Equal(role.Rules[1].ResourceNames, []string{toolpod.InternetPolicy}) || !slices.Equal(role.Rules[1].Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("gateway role %+v: want pods and the tool internet policy by name, read only", role.Rules)
 	}
 	rb := m["RoleBinding/sandbox-egress"].(*rbacv1.RoleBinding)
 	if rb.RoleRef.Name != "sandbox-egress" || rb.Subjects[0].Name != "sandbox-egress" {

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/manifests"
+	"github.com/sandboxd/sandbox/internal/toolpod"
 	"github.com/sandboxd/sandbox/internal/weaken"
 )
 
@@ -87,7 +88,8 @@ func (c *EgressCmd) Run(d *Deps) error {
 	if names := weakened.Names(false); names != nil {
 		log.Warn("egress gateway deliberately weakened for verify's negative tests", "weaken", names)
 	}
-	gw, err = egress.New(egress.Options{Sources: pods, Deny: deny, Permit: permit, Weaken: weakened,
+	fenced := egress.NewFenced(client, ns, toolpod.InternetPolicy)
+	gw, err = egress.New(egress.Options{Sources: pods, Deny: deny, Permit: permit, Weaken: weakened, Fenced: fenced.Prefixes,
 		MaxConnsPerPod: c.MaxConnsPerPod, MaxBytesOutPerPod: c.MaxBytesOut, Logger: log.With("component", "egress")})
 	if err != nil {
 		return err
@@ -108,8 +110,8 @@ func (c *EgressCmd) Run(d *Deps) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !pods.Synced() {
-			http.Error(w, "tool pods not listed yet", http.StatusServiceUnavailable)
+		if !pods.Synced() || !fenced.Synced() {
+			http.Error(w, "tool pods or the fenced addresses not listed yet", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -121,6 +123,7 @@ func (c *EgressCmd) Run(d *Deps) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { pods.Run(ctx) })
+	wg.Go(func() { fenced.Run(ctx) })
 	wg.Go(func() {
 		<-ctx.Done()
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
