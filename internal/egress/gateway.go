@@ -420,7 +420,6 @@ func (g *Gateway) connect(ctx context.Context, c net.Conn, cr io.Reader, req *ht
 		return refuse(0, "client_gone", "%v", err)
 	}
 	sni, hello, err := readHello(cr)
-	d.out += int64(len(hello))
 	if err != nil {
 		return refuse(0, "not_tls", "the connection to %s:%d does not open with a TLS ClientHello (the gateway carries TLS only over CONNECT; send plain HTTP as a proxy request): %v", d.host, port, err)
 	}
@@ -435,6 +434,7 @@ func (g *Gateway) connect(ctx context.Context, c net.Conn, cr io.Reader, req *ht
 	if _, err := up.Write(hello); err != nil {
 		return refuse(0, "dial_failed", "write to %s: %v", d.addr, err)
 	}
+	d.out += int64(len(hello)) // what was read but refused never left
 	d.allowed = true
 	d.reason = g.pipe(c, cr, up, s, d)
 	return nil
