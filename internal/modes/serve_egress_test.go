@@ -66,3 +66,31 @@ func TestToolImagesEgressSyntax(t *testing.T) {
 		t.Errorf("--tool-default-egress none: %s", e)
 	}
 }
+
+// sandbox egress refuses bad flags with a message naming the flag.
+func TestEgressFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--deny", "10.0.0.0/33"}, "--deny"},
+		{[]string{"--permit", "nonsense"}, "--permit"},
+		{[]string{"--weaken", "egress-direct"}, "--weaken"},
+		{[]string{"--max-conns-per-pod", "0"}, "--max-conns-per-pod"},
+		{[]string{"--max-bytes-out-per-pod", "0"}, "--max-bytes-out-per-pod"},
+	} {
+		var cli CLI
+		p, err := kong.New(&cli, kong.Name("sandbox"), vars())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Parse(append([]string{"egress"}, tt.args...))
+		if err == nil || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("%v: %v, want an error naming %s", tt.args, err, tt.says)
+		}
+	}
+	c := parse(t, "egress", "--weaken", "egress-rebind", "--deny", "203.0.113.9,198.51.100.0/24").Egress
+	if err := c.Validate(); err != nil {
+		t.Errorf("good flags refused: %v", err)
+	}
+}
