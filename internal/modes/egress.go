@@ -137,7 +137,7 @@ func (c *EgressCmd) Run(d *Deps) error {
 			cancel()
 		}
 	})
-	log.Info("sandbox egress", "version", version, "listen", c.Listen, "admin", c.AdminListen, "namespace", ns,
+	log.Info("sandbox egress", "version", version, "listen", ln.Addr().String(), "admin", adminLn.Addr().String(), "namespace", ns,
 		"deny", c.Deny, "permit", c.Permit, "max_conns_per_pod", c.MaxConnsPerPod, "max_bytes_out_per_pod", c.MaxBytesOut)
 	if len(permit) > 0 {
 		log.Warn("--permit lets tools reach addresses outside the internet; it is for test rigs", "permit", c.Permit)
