@@ -53,11 +53,24 @@ var EgressNames = map[string]string{
 const EgressAllowList = "allowed.test,rebind.test,meta.test"
 
 // tlsStandinScript serves HTTPS on 443 with the certificate in /certs,
-// answering CanaryToken, the role and the name the client asked for.
+// answering CanaryToken, the role and the name the client asked for, or
+// /size/N bytes.
 const tlsStandinScript = `
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
     def do_GET(self):
+        if self.path.startswith("/size/"):
+            # /size/N: N zero bytes, for the gateway's throughput.
+            n = int(self.path[len("/size/"):])
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            chunk = bytes(1 << 16)
+            while n > 0:
+                self.wfile.write(chunk[:min(n, len(chunk))])
+                n -= min(n, len(chunk))
+            return
         body = ("%s tls %s\n" % (sys.argv[1], self.headers.get("Host", ""))).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
