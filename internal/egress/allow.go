@@ -218,3 +218,43 @@ func (e Egress) Allows(host string, port int) bool {
 	}
 	return false
 }
+
+// Within reports whether e allows nothing outer does not: what a caller's
+// egress for an image must be to narrow the deployment's. none is within
+// anything, internet only within internet, and a list within internet or
+// within a list that allows each of its rules (a wildcard only under a
+// wildcard that covers its whole domain).
+func (e Egress) Within(outer Egress) bool {
+	switch {
+	case e.Mode == None || outer.Mode == Internet:
+		return true
+	case e.Mode != Names || outer.Mode != Names:
+		return false
+	}
+	for _, r := range e.Rules {
+		ports := []int{r.Port}
+		if r.Port == 0 {
+			ports = []int{PortHTTPS, PortHTTP}
+		}
+		for _, p := range ports {
+			if !outer.covers(r, p) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// covers reports whether e allows every host r matches on port p.
+func (e Egress) covers(r Rule, p int) bool {
+	if !r.Wildcard {
+		return e.Allows(r.Host, p)
+	}
+	for _, o := range e.Rules {
+		if o.Wildcard && (o.Port == p || o.Port == 0 && (p == PortHTTPS || p == PortHTTP)) &&
+			(r.Host == o.Host || strings.HasSuffix(r.Host, "."+o.Host)) {
+			return true
+		}
+	}
+	return false
+}

@@ -136,3 +136,36 @@ func TestParseImages(t *testing.T) {
 		}
 	}
 }
+
+func TestWithin(t *testing.T) {
+	outer, _ := Parse("api.example.com,*.example.org,h.example:8443")
+	for _, tt := range []struct {
+		inner string
+		want  bool
+	}{
+		{"none", true},
+		{"api.example.com", true},
+		{"api.example.com:443", true},
+		{"a.example.org,*.b.example.org", true},
+		{"*.example.org", true},
+		{"h.example:8443", true},
+		{"h.example", false},
+		{"api.example.com:8443", false},
+		{"example.org", false},
+		{"*.org.example", false},
+		{"other.example", false},
+		{"internet", false},
+	} {
+		inner, err := Parse(tt.inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inner.Within(outer); got != tt.want {
+			t.Errorf("%s within %s: %v, want %v", tt.inner, outer, got, tt.want)
+		}
+	}
+	inner, _ := Parse("anything.example")
+	if !inner.Within(Egress{Mode: Internet}) || inner.Within(Egress{Mode: None}) {
+		t.Error("a list within internet and none")
+	}
+}

@@ -88,6 +88,10 @@ func newToolCaller(f *KubeFlags, t *ToolFlags, log *slog.Logger) (server.Caller,
 	images, _ := t.images() // validate has refused a bad one
 	def, _ := egress.Parse(t.ToolDefaultEgress)
 	policy.Images = images.Patterns()
+	policy.EgressOf = func(image string) string {
+		e, _ := images.For(image, def)
+		return e.String()
+	}
 	weakened, err := weaken.Parse(f.Weaken, false)
 	if err != nil {
 		return nil, policy, nil, fmt.Errorf("--weaken: %w", err)

@@ -93,6 +93,9 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	}
 	reached = true
 	c.RequestID = auditOf(r.Context()).id
+	if g := auditOf(r.Context()).grant; g != nil {
+		c.Egress = g.EgressFor(c.Image)
+	}
 	res, err = s.opts.Caller.Call(r.Context(), c)
 	if err != nil {
 		status, outcome = s.writeErr(r.Context(), w, err)

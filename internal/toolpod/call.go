@@ -50,7 +50,7 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (wire.CallResult, erro
 	o := c.opts.Pod
 	o.Image = call.Image
 	o.RequestID = call.RequestID
-	if err := c.egress(&o, call.Image); err != nil {
+	if err := c.egress(&o, call.Image, call.Egress); err != nil {
 		return wire.CallResult{}, err
 	}
 	if f := c.opts.Fence; f != nil && o.Egress == "" && o.Internet {
@@ -96,8 +96,22 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (wire.CallResult, erro
 // egress sets the pod's egress from its image's: internet as before (or
 // cluster DNS only, without --tool-internet-egress), none, or the gateway
 // with the image's names, refused while the gateway is down.
-func (c *Caller) egress(o *kube.ToolPodOptions, image string) error {
+//
+// narrow, when set, is the caller's egress for the image (its policy
+// entry's), which replaces the deployment's if it is within it.
+func (c *Caller) egress(o *kube.ToolPodOptions, image, narrow string) error {
 	e, _ := c.opts.Images.For(image, c.opts.DefaultEgress)
+	if e.Mode == "" {
+		e.Mode = egress.Internet
+	}
+	if narrow != "" {
+		n, err := egress.Parse(narrow)
+		if err != nil || !n.Within(e) {
+			return &api.Error{Status: http.StatusForbidden,
+				Msg: fmt.Sprintf("your policy entry gives image %q the egress %s, which is wider than this deployment's (%s): a caller's egress may only narrow it", image, narrow, e)}
+		}
+		e = n
+	}
 	switch e.Mode {
 	case egress.None:
 		o.Egress = kube.EgressNone

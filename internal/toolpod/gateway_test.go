@@ -94,6 +94,28 @@ func TestCallEgressByImage(t *testing.T) {
 		t.Errorf("gateway pod: labels %v annotations %v env %v dns %q", p.Labels, p.Annotations, env, p.Spec.DNSPolicy)
 	}
 
+	// A caller's policy entry narrows the image's egress, never widens it.
+	narrowed := func(image, narrow string) (*corev1.Pod, error) {
+		t.Helper()
+		e.created.Store((*corev1.Pod)(nil))
+		c := testCall(t, image)
+		c.Egress = narrow
+		_, err := e.caller.Call(context.Background(), c)
+		p, _ := e.created.Load().(*corev1.Pod)
+		return p, err
+	}
+	if p, err := narrowed("agent:web", "api.example.com"); err != nil || p.Annotations[kube.AnnotationEgressAllow] != "api.example.com" {
+		t.Errorf("narrowed to one name: %v %v", err, p)
+	}
+	if p, err := narrowed("agent:net", "none"); err != nil || p.Labels[kube.LabelEgress] != kube.EgressNone {
+		t.Errorf("internet narrowed to none: %v %v", err, p)
+	}
+	for _, tt := range []struct{ image, narrow string }{{"agent:web", "other.example"}, {"agent:calc", "api.example.com"}, {"agent:web", "internet"}} {
+		if p, err := narrowed(tt.image, tt.narrow); !errors.As(err, &ae) || ae.Status != http.StatusForbidden || p != nil {
+			t.Errorf("%s widened to %s: pod %v, err %v", tt.image, tt.narrow, p != nil, err)
+		}
+	}
+
 	for image, want := range map[string]string{"agent:calc": kube.EgressNone, "agent:net": kube.EgressInternet} {
 		p, err := call(image)
 		if err != nil || p == nil || p.Labels[kube.LabelEgress] != want {
