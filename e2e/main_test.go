@@ -97,7 +97,10 @@ func TestMain(m *testing.M) {
 			return ctx, suite.LoadImage(ctx)
 		},
 		func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-			return ctx, suite.AgentImageUp(ctx)
+			if err := suite.AgentImageUp(ctx); err != nil {
+				return ctx, err
+			}
+			return ctx, suite.EgressImageUp(ctx)
 		},
 		func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
 			if err := suite.StandinsUp(ctx); err != nil {
@@ -107,6 +110,9 @@ func TestMain(m *testing.M) {
 				return ctx, err
 			}
 			if err := suite.DNSCanaryUp(ctx); err != nil {
+				return ctx, err
+			}
+			if err := suite.EgressUp(ctx); err != nil {
 				return ctx, err
 			}
 			// Also as environment, for tests and tools that read it there.

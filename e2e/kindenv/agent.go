@@ -23,8 +23,12 @@ const (
 )
 
 // ToolImages is the e2e deployment's tool-call allow list: the agent image
-// first (verify calls the first exact entry), then the absent prefix.
-func ToolImages() []string { return []string{AgentImage, AbsentImagePrefix} }
+// first (verify calls the first exact entry), then the absent prefix, then
+// the agent image under its egress tag with its names (verify's egress
+// checks call the first entry with names).
+func ToolImages() []string {
+	return []string{AgentImage, AbsentImagePrefix, EgressImage + "=" + EgressAllowList}
+}
 
 // AgentImage builds (or finds up to date) the sample agent image.
 func (s Scripts) AgentImage(ctx context.Context) error {
@@ -107,5 +111,6 @@ func (e *Env) RolloutStatus(ctx context.Context, timeout time.Duration) error {
 // toolManifestArgs are the `sandbox manifests` flags of the e2e deployment's
 // tool calls.
 func toolManifestArgs() []string {
-	return []string{"--tool-images", strings.Join(ToolImages(), ","), "--tool-ready-timeout", ToolReadyTimeout.String()}
+	return []string{"--tool-images", strings.Join(ToolImages(), ";"), "--tool-ready-timeout", ToolReadyTimeout.String(),
+		"--egress-permit", EgressPermit}
 }

@@ -207,7 +207,7 @@ func (e *Env) Down(ctx context.Context) error {
 			node, _ = c.ControlPlane()
 		}
 		// The DNS canary first: it sits on the internet stand-in's network.
-		serr := errors.Join(dnsCanaryDown(ctx), e.Standins.Down(ctx, node), privateStandinsDown(ctx, node))
+		serr := errors.Join(dnsCanaryDown(ctx), egressDown(ctx), e.Standins.Down(ctx, node), privateStandinsDown(ctx, node))
 		if err := c.Delete(); err != nil {
 			// A container cgroup that runc left frozen ("unable to freeze",
 			// cgroup v1) cannot be killed, and so neither can the node:

@@ -57,6 +57,14 @@ type Call struct {
 	Kwargs  json.RawMessage
 	Timeout time.Duration
 	Env     map[string]string
+	// RequestID is the id of the request that made the call (set by the
+	// server, not read from the request): the tool pod's annotation, and
+	// so the gateway's log lines, carry it.
+	RequestID string
+	// Egress is the caller's egress for the image, from its policy entry
+	// (package egress's syntax; set by the server, never read from the
+	// request): "" leaves the deployment's.
+	Egress string
 }
 
 // Function is the call's "module:attr" reference.
@@ -256,6 +264,10 @@ type CallPolicy struct {
 	// operator reading the error knows what to change.
 	ImagesSetting  string
 	EnvDenySetting string
+	// EgressOf is the deployment's egress of an image, in the syntax of
+	// package egress ("none", "internet", a list of names): a caller policy
+	// may narrow it, never widen it. nil: not known.
+	EgressOf func(image string) string
 }
 
 // ValidateImagePatterns checks allow-list entries: non-empty, and a "*"

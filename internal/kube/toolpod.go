@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"net"
 	"strconv"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/sandboxd/sandbox/internal/seal"
 	"github.com/sandboxd/sandbox/internal/weaken"
 )
 
@@ -18,11 +20,23 @@ const (
 	// select on it.
 	KindTool = "tool"
 	// LabelEgress says which egress a tool pod gets: EgressInternet (the
-	// internet, never private ranges) or EgressDNS (cluster DNS only). The
-	// manifests' sandbox-tool-internet policy selects on it.
+	// internet, never private ranges), EgressDNS (cluster DNS only),
+	// EgressNone (nothing, its DNS answered in the pod) or EgressGateway
+	// (the egress gateway only, its DNS answered in the pod). The
+	// manifests' tool policies select on it.
 	LabelEgress    = "sandbox.dev/egress"
 	EgressInternet = "internet"
 	EgressDNS      = "dns"
+	EgressNone     = "none"
+	EgressGateway  = "gateway"
+
+	// AnnotationEgressAllow holds a gateway pod's allow list (the syntax of
+	// package egress), which the gateway judges its connections by; serve
+	// writes it at creation and nothing changes it after.
+	AnnotationEgressAllow = "sandbox.dev/egress-allow"
+	// AnnotationRequestID is the id of the call (POST /v1/call) the pod was
+	// made for, which the gateway's log lines carry.
+	AnnotationRequestID = "sandbox.dev/request-id"
 
 	// ToolCPU and ToolMemory are the tool pod's hard limits (and requests):
 	// more than a snippet's, since tools parse real responses.
@@ -58,8 +72,18 @@ type ToolPodOptions struct {
 	Owner        Owner
 	// Python is the interpreter in the agent's image ("" : python3 on its PATH).
 	Python string
-	// Internet gives the pod the internet egress label.
+	// Internet gives the pod the internet egress label, when Egress is "".
 	Internet bool
+	// Egress is the pod's egress (LabelEgress's values); "" is EgressInternet
+	// or EgressDNS as Internet says.
+	Egress string
+	// EgressAllow is an EgressGateway pod's allow list (AnnotationEgressAllow).
+	EgressAllow string
+	// Proxy is the gateway's URL (http://IP:port) an EgressGateway pod's
+	// proxy variables name: an address, since the pod resolves no name.
+	Proxy string
+	// RequestID names the call in the pod's annotations.
+	RequestID string
 	// MaxTimeout is the longest call the runner takes.
 	MaxTimeout time.Duration
 	// ActiveDeadline is the kubelet's backstop: the pod is killed this long
@@ -108,9 +132,26 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 		corev1.ResourceCPU:    resource.MustParse(ToolCPU),
 		corev1.ResourceMemory: resource.MustParse(ToolMemory),
 	}
-	egress := EgressDNS
-	if o.Internet {
-		egress = EgressInternet
+	egress := o.Egress
+	if egress == "" {
+		egress = EgressDNS
+		if o.Internet {
+			egress = EgressInternet
+		}
+	}
+	// A pod with no egress or with the gateway's has no DNS either: its
+	// runner answers every lookup in the pod (see seal.Resolver), and
+	// proves the cluster DNS cut with the rest of its seal. LabelDNS says
+	// which: the manifests' sandbox-tool-dns policy opens the cluster DNS
+	// to the others.
+	sealedDNS := (egress == EgressNone || egress == EgressGateway) && !o.Weaken.Has(weaken.EgressClusterDNS)
+	dnsMode := DNSCluster
+	if sealedDNS {
+		dnsMode = DNSSealed
+	}
+	label := egress
+	if egress == EgressGateway && o.Weaken.Has(weaken.EgressDirect) {
+		label = EgressInternet
 	}
 	bin := ToolBinDir + "/sandbox"
 	args := []string{"run", "--call", "--listen", ":" + strconv.Itoa(int(port)),
@@ -118,7 +159,10 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 	if o.Python != "" {
 		args = append(args, "--python", o.Python)
 	}
-	args = append(args, o.Seal.args(false)...)
+	args = append(args, o.Seal.args(sealedDNS)...)
+	if sealedDNS {
+		args = append(args, "--resolver", seal.ResolverAddr)
+	}
 	for _, n := range o.Weaken.Names(true) {
 		args = append(args, "--weaken", n)
 	}
@@ -132,8 +176,10 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 				LabelName:   RunnerName,
 				LabelKind:   KindTool,
 				LabelOwner:  LabelValue(o.Owner.Name),
-				LabelEgress: egress,
+				LabelEgress: label,
+				LabelDNS:    dnsMode,
 			},
+			Annotations: map[string]string{},
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -179,8 +225,33 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 			},
 		},
 	}
+	if o.RequestID != "" {
+		pod.Annotations[AnnotationRequestID] = o.RequestID
+	}
+	if sealedDNS {
+		host, _, _ := net.SplitHostPort(seal.ResolverAddr)
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{host}}
+		pod.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: seal.UnprivilegedPortSysctl, Value: seal.UnprivilegedPortStart}}
+	}
+	if egress == EgressGateway {
+		pod.Annotations[AnnotationEgressAllow] = o.EgressAllow
+		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, ProxyEnv(o.Proxy)...)
+	}
 	closeICMP(pod, o.Weaken)
 	return placed(pod, o.RuntimeClass, o.Owner)
+}
+
+// ProxyEnv points the HTTP clients of a gateway pod (Python's urllib,
+// requests and httpx, curl, Go's) at the gateway: both cases of each name,
+// since some read one and some the other, and NO_PROXY empty so that the
+// image's own cannot send a name around it (it would find no route).
+func ProxyEnv(proxy string) []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, n := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"} {
+		out = append(out, corev1.EnvVar{Name: n, Value: proxy})
+	}
+	return append(out, corev1.EnvVar{Name: "NO_PROXY", Value: ""}, corev1.EnvVar{Name: "no_proxy", Value: ""})
 }
 
 // ToolPodName returns a fresh tool pod name: "sandbox-tool-" and five

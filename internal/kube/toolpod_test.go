@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sandboxd/sandbox/internal/seal"
+	"github.com/sandboxd/sandbox/internal/weaken"
 )
 
 func TestToolPodHardened(t *testing.T) {
@@ -85,5 +86,70 @@ func TestToolWaiting(t *testing.T) {
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}}}}}}
 	if got := ToolWaiting(p); got != "ErrImagePull: not found (container runner, image agent:x)" {
 		t.Errorf("ToolWaiting = %q", got)
+	}
+}
+
+// A tool pod with names (the gateway's) or with none has no DNS: its
+// resolv.conf names its runner's resolver, which it binds, and its seal
+// proves the cluster DNS cut. A gateway pod's clients go to the gateway.
+func TestToolPodEgress(t *testing.T) {
+	o := ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1", Owner: Owner{Name: "serve-0"},
+		Seal: SealOptions{Probes: []string{"10.96.0.1:443"}, DNS: []string{"10.96.0.10:53"}}, RequestID: "req-1"}
+	for _, tt := range []struct {
+		egress string
+		proxy  bool
+	}{{EgressNone, false}, {EgressGateway, true}} {
+		t.Run(tt.egress, func(t *testing.T) {
+			o := o
+			o.Egress, o.EgressAllow, o.Proxy = tt.egress, "api.example.com", "http://10.96.7.7:3128"
+			p := ToolPod(o, "sandbox-tool-abcde", MinUID)
+			main := p.Spec.Containers[0]
+			if p.Labels[LabelEgress] != tt.egress || p.Annotations[AnnotationRequestID] != "req-1" {
+				t.Errorf("labels %v annotations %v", p.Labels, p.Annotations)
+			}
+			if i := slices.Index(main.Args, "--resolver"); i < 0 || main.Args[i+1] != seal.ResolverAddr {
+				t.Errorf("args %v: want the in-pod resolver", main.Args)
+			}
+			if i := slices.Index(main.Args, "--seal-dns"); i < 0 || main.Args[i+1] != "10.96.0.10:53" {
+				t.Errorf("args %v: want the cluster DNS proven cut", main.Args)
+			}
+			if p.Spec.DNSPolicy != corev1.DNSNone || p.Spec.DNSConfig == nil || !slices.Equal(p.Spec.DNSConfig.Nameservers, []string{"127.0.0.1"}) {
+				t.Errorf("dns %q %+v: want the pod's own resolver only", p.Spec.DNSPolicy, p.Spec.DNSConfig)
+			}
+			if !slices.ContainsFunc(p.Spec.SecurityContext.Sysctls, func(s corev1.Sysctl) bool { return s.Name == seal.UnprivilegedPortSysctl }) {
+				t.Errorf("sysctls %v: the runner cannot bind port 53", p.Spec.SecurityContext.Sysctls)
+			}
+			env := map[string]string{}
+			for _, e := range main.Env {
+				env[e.Name] = e.Value
+			}
+			_, hasNoProxy := env["NO_PROXY"]
+			if got := env["HTTPS_PROXY"] == o.Proxy && env["http_proxy"] == o.Proxy && hasNoProxy && env["NO_PROXY"] == ""; got != tt.proxy {
+				t.Errorf("env %v: proxy set %v, want %v", env, got, tt.proxy)
+			}
+			if _, ok := p.Annotations[AnnotationEgressAllow]; ok != tt.proxy || tt.proxy && p.Annotations[AnnotationEgressAllow] != "api.example.com" {
+				t.Errorf("annotations %v", p.Annotations)
+			}
+		})
+	}
+}
+
+// The egress weakenings: a gateway pod that also gets the internet policy's
+// label, or that keeps the cluster DNS.
+func TestToolPodEgressWeakened(t *testing.T) {
+	o := ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1", Owner: Owner{Name: "serve-0"},
+		Egress: EgressGateway, Proxy: "http://10.96.7.7:3128", EgressAllow: "a.example"}
+	p := ToolPod(o, "p", MinUID)
+	if p.Labels[LabelEgress] != EgressGateway || p.Labels[LabelDNS] != DNSSealed {
+		t.Fatalf("unweakened labels %v", p.Labels)
+	}
+	o.Weaken, _ = weaken.Parse([]string{string(weaken.EgressDirect)}, false)
+	if p := ToolPod(o, "p", MinUID); p.Labels[LabelEgress] != EgressInternet {
+		t.Errorf("egress-direct: labels %v", p.Labels)
+	}
+	o.Weaken, _ = weaken.Parse([]string{string(weaken.EgressClusterDNS)}, false)
+	p = ToolPod(o, "p", MinUID)
+	if p.Labels[LabelDNS] != DNSCluster || p.Spec.DNSPolicy == corev1.DNSNone || slices.Contains(p.Spec.Containers[0].Args, "--resolver") {
+		t.Errorf("egress-cluster-dns: labels %v dns %q args %v", p.Labels, p.Spec.DNSPolicy, p.Spec.Containers[0].Args)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/pool"
 )
@@ -59,6 +60,9 @@ const (
 	deploymentName  = "sandbox"
 	containerName   = "serve"
 	servePolicyName = "sandbox-serve"
+	// The egress gateway's Deployment, container and policy.
+	egressName      = "sandbox-egress"
+	egressContainer = "egress"
 )
 
 // Options are the knobs of the rendered manifests. Zero values keep the
@@ -86,6 +90,13 @@ type Options struct {
 	// SnippetDNS is the snippet pods' DNS mode, kube.DNSSealed or
 	// kube.DNSCluster ("" keeps the files' sealed).
 	SnippetDNS string
+	// ToolDefaultEgress is the egress of an image ToolImages gives none:
+	// "internet" (the files') or "none".
+	ToolDefaultEgress string
+	// EgressPermit are addresses the egress gateway dials despite their
+	// range: a test rig's stand-ins, never production. (ToolEgressDeny is
+	// the gateway's --deny too.)
+	EgressPermit []string
 }
 
 func (o *Options) defaults() error {
@@ -126,11 +137,25 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("api server CIDR: %w", err)
 		}
 	}
-	if err := api.ValidateImagePatterns(o.ToolImages); err != nil {
+	ims, err := egress.ParseImages(o.ToolImages)
+	if err != nil {
+		return err
+	}
+	if err := api.ValidateImagePatterns(ims.Patterns()); err != nil {
 		return err
 	}
 	if _, err := kube.ParsePrefixes(o.ToolEgressDeny); err != nil {
 		return fmt.Errorf("tool egress deny: %w", err)
+	}
+	if _, err := kube.ParsePrefixes(o.EgressPermit); err != nil {
+		return fmt.Errorf("egress permit: %w", err)
+	}
+	switch o.ToolDefaultEgress {
+	case "":
+		o.ToolDefaultEgress = string(egress.Internet)
+	case string(egress.Internet), string(egress.None):
+	default:
+		return fmt.Errorf("tool default egress %q: want internet or none", o.ToolDefaultEgress)
 	}
 	if o.SnippetDNS == "" {
 		o.SnippetDNS = kube.DefaultDNS
@@ -264,14 +289,20 @@ func fill(obj runtime.Object, o Options) error {
 		return nil
 	case *appsv1.Deployment:
 		x.Namespace = o.Namespace
-		if x.Name == deploymentName {
+		switch x.Name {
+		case deploymentName:
 			return fillDeployment(x, o)
+		case egressName:
+			return fillEnv(x, egressContainer, o.Image, map[string]string{
+				"SANDBOX_EGRESS_DENY":   strings.Join(o.ToolEgressDeny, ","),
+				"SANDBOX_EGRESS_PERMIT": strings.Join(o.EgressPermit, ","),
+			})
 		}
 		return nil
 	case *networkingv1.NetworkPolicy:
 		x.Namespace = o.Namespace
-		if x.Name == servePolicyName {
-			return fillServePolicy(x, o)
+		if x.Name == servePolicyName || x.Name == egressName {
+			return fillAPIServerRule(x, o)
 		}
 		return nil
 	case *corev1.ServiceAccount:
@@ -293,26 +324,33 @@ func fill(obj runtime.Object, o Options) error {
 }
 
 func fillDeployment(d *appsv1.Deployment, o Options) error {
+	set := map[string]string{
+		"SANDBOX_IMAGE":                o.Image,
+		"SANDBOX_POOL_SIZE":            strconv.Itoa(o.PoolSize),
+		"SANDBOX_POOL_MAX":             strconv.Itoa(o.PoolMax),
+		"SANDBOX_RUNTIME_CLASS":        o.RuntimeClass,
+		"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
+		"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ";"),
+		"SANDBOX_TOOL_DEFAULT_EGRESS":  o.ToolDefaultEgress,
+		"SANDBOX_TOOL_INTERNET_EGRESS": strconv.FormatBool(!o.NoToolInternet),
+		"SANDBOX_TOOL_EGRESS_DENY":     strings.Join(o.ToolEgressDeny, ","),
+		"SANDBOX_SNIPPET_DNS":          o.SnippetDNS,
+	}
+	if o.ToolReadyTimeout > 0 {
+		set["SANDBOX_TOOL_READY_TIMEOUT"] = o.ToolReadyTimeout.String()
+	}
+	return fillEnv(d, containerName, o.Image, set)
+}
+
+// fillEnv sets the image of d's container and the values of its env
+// variables in set, each of which the file must already have.
+func fillEnv(d *appsv1.Deployment, container, image string, set map[string]string) error {
 	for i := range d.Spec.Template.Spec.Containers {
 		c := &d.Spec.Template.Spec.Containers[i]
-		if c.Name != containerName {
+		if c.Name != container {
 			continue
 		}
-		c.Image = o.Image
-		set := map[string]string{
-			"SANDBOX_IMAGE":                o.Image,
-			"SANDBOX_POOL_SIZE":            strconv.Itoa(o.PoolSize),
-			"SANDBOX_POOL_MAX":             strconv.Itoa(o.PoolMax),
-			"SANDBOX_RUNTIME_CLASS":        o.RuntimeClass,
-			"SANDBOX_POD_CPU_REQUEST":      o.PodCPURequest,
-			"SANDBOX_TOOL_IMAGES":          strings.Join(o.ToolImages, ","),
-			"SANDBOX_TOOL_INTERNET_EGRESS": strconv.FormatBool(!o.NoToolInternet),
-			"SANDBOX_TOOL_EGRESS_DENY":     strings.Join(o.ToolEgressDeny, ","),
-			"SANDBOX_SNIPPET_DNS":          o.SnippetDNS,
-		}
-		if o.ToolReadyTimeout > 0 {
-			set["SANDBOX_TOOL_READY_TIMEOUT"] = o.ToolReadyTimeout.String()
-		}
+		c.Image = image
 		for j := range c.Env {
 			if v, ok := set[c.Env[j].Name]; ok {
 				c.Env[j].Value = v
@@ -320,16 +358,16 @@ func fillDeployment(d *appsv1.Deployment, o Options) error {
 			}
 		}
 		if len(set) > 0 {
-			return fmt.Errorf("deployment: container %s lacks env %v", containerName, set)
+			return fmt.Errorf("deployment %s: container %s lacks env %v", d.Name, container, set)
 		}
 		return nil
 	}
-	return fmt.Errorf("deployment: no container %q", containerName)
+	return fmt.Errorf("deployment %s: no container %q", d.Name, container)
 }
 
-// fillServePolicy replaces the API server rule's addresses: the rule whose
-// peers are all ipBlocks.
-func fillServePolicy(np *networkingv1.NetworkPolicy, o Options) error {
+// fillAPIServerRule replaces the API server rule's addresses (serve's and
+// the gateway's): the first rule whose peers are ipBlocks.
+func fillAPIServerRule(np *networkingv1.NetworkPolicy, o Options) error {
 	for i := range np.Spec.Egress {
 		rule := &np.Spec.Egress[i]
 		if len(rule.To) == 0 || rule.To[0].IPBlock == nil {
@@ -344,7 +382,7 @@ func fillServePolicy(np *networkingv1.NetworkPolicy, o Options) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("networkpolicy %s: no ipBlock rule for the API server", servePolicyName)
+	return fmt.Errorf("networkpolicy %s: no ipBlock rule for the API server", np.Name)
 }
 
 // marshal writes obj as YAML without the empty fields a typed object always

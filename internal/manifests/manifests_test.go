@@ -56,11 +56,12 @@ func TestKinds(t *testing.T) {
 	want := []string{
 		"ClusterRole/sandbox-read-nodes", "ClusterRole/sandbox-review-tokens",
 		"ClusterRoleBinding/sandbox-read-nodes", "ClusterRoleBinding/sandbox-review-tokens", "ConfigMap/sandbox-policy",
-		"Deployment/sandbox", "Namespace/sandbox",
-		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-runner-dns", "NetworkPolicy/sandbox-serve",
-		"NetworkPolicy/sandbox-tool", "NetworkPolicy/sandbox-tool-internet",
-		"PodDisruptionBudget/sandbox", "Role/sandbox", "Role/sandbox-apiserver-endpoints",
-		"RoleBinding/sandbox", "RoleBinding/sandbox-apiserver-endpoints", "Service/sandbox", "ServiceAccount/sandbox",
+		"Deployment/sandbox", "Deployment/sandbox-egress", "Namespace/sandbox",
+		"NetworkPolicy/default-deny", "NetworkPolicy/sandbox-egress", "NetworkPolicy/sandbox-runner", "NetworkPolicy/sandbox-runner-dns", "NetworkPolicy/sandbox-serve",
+		"NetworkPolicy/sandbox-tool", "NetworkPolicy/sandbox-tool-dns", "NetworkPolicy/sandbox-tool-gateway", "NetworkPolicy/sandbox-tool-internet",
+		"PodDisruptionBudget/sandbox", "PodDisruptionBudget/sandbox-egress", "Role/sandbox", "Role/sandbox-apiserver-endpoints", "Role/sandbox-egress",
+		"RoleBinding/sandbox", "RoleBinding/sandbox-apiserver-endpoints", "RoleBinding/sandbox-egress", "Service/sandbox", "Service/sandbox-egress",
+		"ServiceAccount/sandbox", "ServiceAccount/sandbox-egress",
 		"ServiceAccount/sandbox-verify", "ServiceAccount/sandbox-verify-limited",
 	}
 	if !slices.Equal(got, want) {
@@ -252,7 +253,10 @@ func TestRoleIsLeastPrivilege(t *testing.T) {
 	}{
 		{"Role/sandbox", []rule{{"", "pods", "", "create,delete,get,list,patch,watch"},
 			{"networking.k8s.io", "networkpolicies", "sandbox-tool-internet", "get,list,update,watch"},
+			{"", "services", "sandbox-egress", "get,list,watch"},
+			{"discovery.k8s.io", "endpointslices", "", "get,list,watch"},
 			{"", "configmaps", "sandbox-policy", "get,list,watch"}}},
+		{"Role/sandbox-egress", []rule{{"", "pods", "", "get,list,watch"}, {"networking.k8s.io", "networkpolicies", "sandbox-tool-internet", "get,list,watch"}}},
 		{"Role/sandbox-apiserver-endpoints", []rule{{"discovery.k8s.io", "endpointslices", "", "get,list,watch"}}},
 		{"ClusterRole/sandbox-read-nodes", []rule{{"", "nodes", "", "get,list,watch"}}},
 		{"ClusterRole/sandbox-review-tokens", []rule{{"authentication.k8s.io", "tokenreviews", "", "create"}}},

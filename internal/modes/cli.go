@@ -22,6 +22,7 @@ type CLI struct {
 	MCP       MCPCmd       `cmd:"" name:"mcp" help:"Serve the run_python tool over MCP on stdio, for a desktop assistant or an IDE agent."`
 	Manifests ManifestsCmd `cmd:"" help:"Print the Kubernetes manifests that deploy the service."`
 	Verify    VerifyCmd    `cmd:"" help:"Prove the deployment's security properties against a live cluster."`
+	Egress    EgressCmd    `cmd:"" help:"Serve the egress gateway: tool pods with an allow list of names reach the internet through it only."`
 	Version   VersionCmd   `cmd:"" help:"Print the version."`
 }
 

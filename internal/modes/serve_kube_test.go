@@ -23,15 +23,20 @@ func fakeAPIServer(t *testing.T) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		q := r.URL.Query()
+		// Pods, and the one NetworkPolicy the egress gateway reads.
+		kind, apiVersion := "Pod", "v1"
+		if strings.Contains(r.URL.Path, "/networkpolicies") {
+			kind, apiVersion = "NetworkPolicy", "networking.k8s.io/v1"
+		}
 		switch {
 		case r.Method == http.MethodGet && q.Get("watch") == "true":
 			if q.Get("sendInitialEvents") == "true" {
-				fmt.Fprint(w, `{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"1","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n")
+				fmt.Fprintf(w, `{"type":"BOOKMARK","object":{"kind":%q,"apiVersion":%q,"metadata":{"resourceVersion":"1","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n", kind, apiVersion)
 			}
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
 		case r.Method == http.MethodGet:
-			fmt.Fprint(w, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`)
+			fmt.Fprintf(w, `{"kind":"%sList","apiVersion":%q,"metadata":{"resourceVersion":"1"},"items":[]}`, kind, apiVersion)
 		default:
 			// Creates and deletes: refused, which the pool logs and retries.
 			w.WriteHeader(http.StatusForbidden)

@@ -24,6 +24,10 @@ type VerifyCmd struct {
 	MetadataAddr   string   `default:"169.254.169.254:80" help:"Metadata service (or its stand-in) as host:port answering HTTP; empty skips it. Never a real outside address in tests."`
 	InternetAddr   string   `default:"198.51.100.10:80" help:"An 'internet' stand-in as host:port answering HTTP; empty skips it."`
 	ToolImage      string   `name:"tool-image" help:"Allowed image the tool-call checks call builtins:exec in (needs python3); default: the first exact entry of the Deployment's SANDBOX_TOOL_IMAGES."`
+	EgressImage    string   `name:"egress-image" help:"Image with names the egress checks call (needs python3); default: the first exact entry of SANDBOX_TOOL_IMAGES that has names."`
+	EgressAllowed  string   `name:"egress-allowed" default:"${egress_allowed}" placeholder:"HOST:PORT" help:"A host:port on that image's list answering TLS (the egress checks' allowed target)."`
+	EgressOther    string   `name:"egress-other" default:"${egress_other}" placeholder:"HOST:PORT" help:"An internet host:port answering TLS that the image's list does not hold."`
+	EgressRebind   []string `name:"egress-rebind" sep:"," default:"${egress_rebind}" placeholder:"HOST:PORT" help:"Names on the image's list that resolve into private ranges (the gateway must refuse them)."`
 	PrivateAddrs   []string `name:"private-addr" sep:"," placeholder:"HOST:PORT" help:"Addresses in private ranges (192.168.0.0/16, 100.64.0.0/10, ...) answering HTTP, for the tool-call checks where verify knows none of its own."`
 	StandinToken   string   `help:"Text the stand-ins' answers must contain for the control's reach to count (the e2e stand-ins answer sandbox-canary); empty accepts any HTTP answer."`
 	ClusterDomain  string   `default:"${cluster_domain}" help:"Cluster DNS domain."`
@@ -53,6 +57,7 @@ func (c *VerifyCmd) Run(d *Deps) error {
 		Namespace: c.Namespace, Service: c.Service, URL: c.URL, Kubeconfig: c.Kubeconfig, Context: c.Context,
 		ServiceAccount: c.ServiceAccount, Caller: c.Caller, Audience: c.Audience, Image: c.Image, MetadataAddr: c.MetadataAddr, InternetAddr: c.InternetAddr, StandinToken: c.StandinToken,
 		ToolImage: c.ToolImage, PrivateAddrs: c.PrivateAddrs,
+		EgressImage: c.EgressImage, EgressAllowed: c.EgressAllowed, EgressOther: c.EgressOther, EgressRebind: c.EgressRebind,
 		ClusterDomain: c.ClusterDomain, DNSCanaryZone: c.DNSCanaryZone, DNSCanaryAnswer: c.DNSCanaryAns, MetadataAddr6: c.MetadataAddr6, RuntimeClass: c.RuntimeClass, MemoryLimit: c.MemoryLimit, Parallel: c.Parallel,
 		Only: c.Only, Timeout: c.Timeout, AllowInconclusive: c.AllowInconclusive, KeepFixtures: c.Keep,
 		Progress: d.Stderr,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/auth"
+	"github.com/sandboxd/sandbox/internal/egress"
 )
 
 // Where the policy lives, and its defaults.
@@ -39,7 +40,9 @@ type Caller struct {
 	// Snippets lets the subject run code (POST /v1/execute).
 	Snippets bool `json:"snippets"`
 	// ToolImages are the images it may call (POST /v1/call), in the syntax
-	// of serve's --tool-images and within it; AllToolImages for all of it.
+	// of serve's --tool-images and within it, one entry each; AllToolImages
+	// for all of it. IMAGE=EGRESS narrows the image's egress for this
+	// caller (none, or names the deployment's allow too), never widens it.
 	ToolImages []string `json:"toolImages"`
 	// MaxInFlight bounds its requests being served at once, and
 	// RequestsPerMinute their rate, in bursts of up to six seconds' worth
@@ -99,18 +102,69 @@ func (c *Caller) check(deployed api.CallPolicy) error {
 	case c.MaxTimeoutS < 0 || c.MaxTimeoutS > api.MaxTimeoutS:
 		return fmt.Errorf("maxTimeoutS must be between 1 and %d", api.MaxTimeoutS)
 	}
-	for _, img := range c.ToolImages {
-		if img == AllToolImages {
-			continue
-		}
+	ims, err := c.images()
+	if err != nil {
+		return err
+	}
+	for _, im := range ims {
+		img := im.Pattern
 		if err := api.ValidateImagePatterns([]string{img}); err != nil {
 			return err
 		}
 		if !within(img, deployed) {
 			return fmt.Errorf("tool image %q is not within the deployment's allow list (%s)", img, deployed.ImagesSetting)
 		}
+		if im.Given && deployed.EgressOf != nil {
+			outer, err := egress.Parse(deployed.EgressOf(img))
+			if err == nil && !im.Egress.Within(outer) {
+				return fmt.Errorf("tool image %q: egress %s is wider than the deployment's (%s): a caller's egress may only narrow it", img, im.Egress, outer)
+			}
+		}
 	}
 	return nil
+}
+
+// images are c's tool images but AllToolImages, with their egress; each
+// entry is one image.
+func (c Caller) images() (egress.Images, error) {
+	var list []string
+	for _, img := range c.ToolImages {
+		if img == AllToolImages {
+			continue
+		}
+		if strings.Contains(img, ";") {
+			return nil, fmt.Errorf("tool image %q: one image per entry", img)
+		}
+		list = append(list, img)
+	}
+	ims, err := egress.ParseImages(list)
+	if err != nil {
+		return nil, fmt.Errorf("tool images: %w", err)
+	}
+	return ims, nil
+}
+
+// patterns are c's tool images without their egress.
+func (c Caller) patterns() []string {
+	ims, err := c.images()
+	if err != nil {
+		return nil
+	}
+	return ims.Patterns()
+}
+
+// EgressFor is c's egress for image (package egress's syntax), "" when its
+// entry gives none: the deployment's applies.
+func (c Caller) EgressFor(image string) string {
+	ims, err := c.images()
+	if err != nil {
+		return ""
+	}
+	// Its exact entry, else the longest prefix entry that holds it.
+	if e, ok := ims.For(image, egress.Egress{}); ok && e.Mode != "" {
+		return e.String()
+	}
+	return ""
 }
 
 // within reports whether every image the pattern img matches is on the
@@ -171,7 +225,7 @@ func (c Caller) Allows(id auth.Identity, k Kind, image string, timeout time.Dura
 	case k == ToolCall && len(c.ToolImages) == 0:
 		return api.Errorf(http.StatusForbidden, "%s may not call tools here", who)
 	case k == ToolCall && image != "" && !slices.Contains(c.ToolImages, AllToolImages) &&
-		!(api.CallPolicy{Images: c.ToolImages}).ImageAllowed(image):
+		!(api.CallPolicy{Images: c.patterns()}).ImageAllowed(image):
 		return api.Errorf(http.StatusForbidden, "%s may not call the tool image %q", who, image)
 	case timeout > time.Duration(c.MaxTimeoutS)*time.Second:
 		// A 400, not a 403: the model that chose the timeout can fix it.

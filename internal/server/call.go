@@ -92,6 +92,10 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reached = true
+	c.RequestID = auditOf(r.Context()).id
+	if g := auditOf(r.Context()).grant; g != nil {
+		c.Egress = g.EgressFor(c.Image)
+	}
 	res, err = s.opts.Caller.Call(r.Context(), c)
 	if err != nil {
 		status, outcome = s.writeErr(r.Context(), w, err)

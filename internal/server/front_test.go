@@ -40,7 +40,7 @@ func newFrontServer(t *testing.T, fb *fakeBackend, fc *fakeCaller) (*Server, *sy
 callers:
 - subject: system:serviceaccount:agents:bot
   snippets: true
-  toolImages: [agent:dev]
+  toolImages: [agent:dev=none]
   maxInFlight: 1
   maxTimeoutS: 30
 - subject: system:serviceaccounts:lab
@@ -101,6 +101,12 @@ func TestFrontDoor(t *testing.T) {
 				}
 			}
 			id := rec.Header().Get(RequestIDHeader)
+			if c.status == 200 && c.path == "/v1/call" {
+				// The call carries its request id and the caller's egress.
+				if got := fc.calls[len(fc.calls)-1]; got.RequestID != id || got.Egress != "none" {
+					t.Errorf("the caller got request id %q, egress %q; want %q, none", got.RequestID, got.Egress, id)
+				}
+			}
 			var line map[string]any
 			if err := json.Unmarshal([]byte(logs.String()), &line); err != nil {
 				t.Fatalf("want one JSON audit line, got %q", logs)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/runnerclient"
 	"github.com/sandboxd/sandbox/wire"
@@ -48,7 +49,11 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (wire.CallResult, erro
 
 	o := c.opts.Pod
 	o.Image = call.Image
-	if f := c.opts.Fence; f != nil && o.Internet {
+	o.RequestID = call.RequestID
+	if err := c.egress(&o, call.Image, call.Egress); err != nil {
+		return wire.CallResult{}, err
+	}
+	if f := c.opts.Fence; f != nil && o.Egress == "" && o.Internet {
 		if err := f.Check(); err != nil {
 			return wire.CallResult{}, &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5 * time.Second,
 				Msg: "tool pods' egress is not fenced off the cluster's own addresses yet: " + err.Error()}
@@ -86,6 +91,42 @@ func (c *Caller) Call(ctx context.Context, call api.Call) (wire.CallResult, erro
 	}
 	res.SandboxID = name
 	return res, nil
+}
+
+// egress sets the pod's egress from its image's: internet as before (or
+// cluster DNS only, without --tool-internet-egress), none, or the gateway
+// with the image's names, refused while the gateway is down.
+//
+// narrow, when set, is the caller's egress for the image (its policy
+// entry's), which replaces the deployment's if it is within it.
+func (c *Caller) egress(o *kube.ToolPodOptions, image, narrow string) error {
+	e, _ := c.opts.Images.For(image, c.opts.DefaultEgress)
+	if e.Mode == "" {
+		e.Mode = egress.Internet
+	}
+	if narrow != "" {
+		n, err := egress.Parse(narrow)
+		if err != nil || !n.Within(e) {
+			return &api.Error{Status: http.StatusForbidden,
+				Msg: fmt.Sprintf("your policy entry gives image %q the egress %s, which is wider than this deployment's (%s): a caller's egress may only narrow it", image, narrow, e)}
+		}
+		e = n
+	}
+	switch e.Mode {
+	case egress.None:
+		o.Egress = kube.EgressNone
+	case egress.Names:
+		if c.opts.Gateway == nil {
+			return &api.Error{Status: http.StatusServiceUnavailable, Msg: fmt.Sprintf("image %q may reach only %s, through the egress gateway, and this service has none", image, e)}
+		}
+		proxy, err := c.opts.Gateway.Proxy()
+		if err != nil {
+			return &api.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5 * time.Second,
+				Msg: fmt.Sprintf("image %q reaches the internet only through the egress gateway, and the gateway is not available, so the call did not run: %v", image, err)}
+		}
+		o.Egress, o.EgressAllow, o.Proxy = kube.EgressGateway, e.String(), proxy
+	}
+	return nil
 }
 
 // startAttempts is how many pods a call makes, at most, when their

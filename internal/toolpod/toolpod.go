@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/runnerclient"
 )
@@ -56,6 +57,14 @@ type Options struct {
 	// Fence, with internet egress, keeps the nodes and the API server out
 	// of the tool pods' internet; calls wait for it (nil: no fence).
 	Fence *Fence
+	// Images give each allowed image its egress; one they leave without
+	// is given DefaultEgress (its zero value: egress.Internet, which
+	// Pod.Internet may still narrow to cluster DNS only).
+	Images        egress.Images
+	DefaultEgress egress.Egress
+	// Gateway is the egress gateway a call whose image has names needs
+	// (nil: such a call is refused).
+	Gateway *Gateway
 	// ReadyTimeout bounds the wait for a pod to be Ready (0: kube.ToolReadyTimeout).
 	ReadyTimeout time.Duration
 	// MaxConcurrent bounds the calls in flight (0: DefaultMaxConcurrent).

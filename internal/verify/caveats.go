@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxd/sandbox/internal/egress"
 )
 
 // probeCall posts an empty call: a 404 or 405 says the service has no
@@ -55,6 +58,11 @@ func (e *env) caveats(ctx context.Context) []string {
 	var out []string
 	if dns := e.dnsCaveat(ctx); dns != "" {
 		out = append(out, dns)
+	}
+	if dep, err := e.cs.AppsV1().Deployments(e.opts.Namespace).Get(ctx, e.opts.Service, metav1.GetOptions{}); err == nil {
+		if c := internetCaveat(dep); c != "" {
+			out = append(out, c)
+		}
 	}
 
 	// Runtime and kernel.
@@ -131,4 +139,43 @@ func firstLineWith(s, sub string) string {
 		}
 	}
 	return ""
+}
+
+// internetCaveat names every tool image left on the internet (given it, or
+// given no egress where the default is internet): its tools reach any
+// public address, by any name, with their arguments in hand.
+func internetCaveat(dep *appsv1.Deployment) string {
+	env, args, _ := serveContainer(dep)
+	list := env["SANDBOX_TOOL_IMAGES"]
+	if v, ok := flagValue(args, "tool-images"); ok {
+		list = v
+	}
+	def := env["SANDBOX_TOOL_DEFAULT_EGRESS"]
+	if v, ok := flagValue(args, "tool-default-egress"); ok {
+		def = v
+	}
+	d, err := egress.Parse(def)
+	if err != nil {
+		d = egress.Egress{Mode: egress.Internet} // serve's default
+	}
+	ims, err := egress.ParseImages([]string{list})
+	if err != nil || len(ims) == 0 {
+		return ""
+	}
+	var open []string
+	for _, im := range ims {
+		if e, _ := ims.For(im.Pattern, d); e.Mode == egress.Internet {
+			how := "given internet"
+			if !im.Given {
+				how = "no egress given, default " + d.String()
+			}
+			open = append(open, im.Pattern+" ("+how+")")
+		}
+	}
+	if len(open) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Tool images on internet egress reach every public address by any name, and resolve names through the cluster DNS: %s. "+
+		"Give each the names it needs (--tool-images IMAGE=api.example.com,...) or none, or make none the default (--tool-default-egress none). Seen in serve's Deployment: SANDBOX_TOOL_IMAGES=%q, default egress %s.",
+		strings.Join(open, ", "), list, d)
 }

@@ -42,6 +42,15 @@ type Options struct {
 	// ToolImage is the image the tool-call checks call builtins:exec in;
 	// "" takes the first exact entry of the Deployment's SANDBOX_TOOL_IMAGES.
 	ToolImage string
+	// EgressImage is the image with names the egress checks call (""
+	// takes the first exact entry of SANDBOX_TOOL_IMAGES that has names);
+	// EgressAllowed a host:port on its list answering TLS, EgressOther an
+	// internet name not on it, EgressRebind names on it that resolve into
+	// private ranges.
+	EgressImage   string
+	EgressAllowed string
+	EgressOther   string
+	EgressRebind  []string
 	// PrivateAddrs are host:port targets answering HTTP (with StandinToken)
 	// in private ranges where verify knows no address of its own.
 	PrivateAddrs []string

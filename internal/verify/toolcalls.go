@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/kube"
 	"github.com/sandboxd/sandbox/internal/verify/netsec"
 	"github.com/sandboxd/sandbox/wire"
@@ -59,6 +60,12 @@ var toolCheckNames = []struct{ name, property string }{
 	{"toolcalls/no-reuse", "25"},
 	{"toolcalls/used-pod-deleted", "25"},
 	{"toolcalls/timeout-kills-tree", "26"},
+	{"toolcalls/egress-by-name", propertyEgress},
+	{"toolcalls/name-not-allowed", propertyEgress},
+	{"toolcalls/no-direct-egress", propertyEgress},
+	{"toolcalls/rebinding-refused", propertyEgress},
+	{"toolcalls/sni-mismatch-refused", propertyEgress},
+	{"toolcalls/no-own-dns", propertyEgress},
 }
 
 func allToolChecks(st Status, format string, args ...any) []Result {
@@ -214,6 +221,9 @@ func checkToolCalls(ctx context.Context, e *env) []Result {
 		err3 = fmt.Errorf("the tree did not run: %s", a3.describe())
 	}
 	out = append(out, judgeTreeAs("toolcalls/timeout-kills-tree", a3.asAnswer(), err3))
+
+	// 4: egress by name, through the gateway (an image with names).
+	out = append(out, e.toolEgress(ctx, caller, dep)...)
 	for i := range out {
 		if out[i].Property == "" {
 			out[i].Property = propertyOf(out[i].Name)
@@ -282,9 +292,12 @@ func toolImageOf(dep *appsv1.Deployment) string {
 	if v, ok := flagValue(args, "tool-images"); ok {
 		list = v
 	}
-	for _, p := range strings.Split(list, ",") {
-		p = strings.TrimSpace(p)
-		if p != "" && !strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "*") {
+	ims, err := egress.ParseImages([]string{list})
+	if err != nil {
+		return ""
+	}
+	for _, p := range ims.Patterns() {
+		if !strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "*") {
 			return p
 		}
 	}

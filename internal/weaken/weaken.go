@@ -7,6 +7,7 @@ package weaken
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -49,21 +50,61 @@ const (
 	// policy, and tool pods no longer prove them cut, so
 	// toolcalls/node-addresses must fail where one is public.
 	Unfenced Name = "unfenced"
+
+	// Tool egress by name (package egress). serve applies these two:
+	// EgressDirect gives a tool pod with names the internet policy's label
+	// besides its proxy, so toolcalls/no-direct-egress must fail;
+	// EgressClusterDNS leaves it the cluster DNS, so toolcalls/no-own-dns
+	// must fail.
+	EgressDirect     Name = "egress-direct"
+	EgressClusterDNS Name = "egress-cluster-dns"
+	// The gateway (`sandbox egress --weaken`) applies these:
+	// EgressAllowAll lets every pod reach every name
+	// (toolcalls/name-not-allowed must fail), EgressRefuseAll refuses every
+	// name (toolcalls/egress-by-name must fail), EgressRebind dials any
+	// answer (toolcalls/rebinding-refused must fail), EgressNoSNI skips the
+	// ClientHello's check (toolcalls/sni-mismatch-refused must fail).
+	EgressAllowAll  Name = "egress-allow-all"
+	EgressRefuseAll Name = "egress-refuse-all"
+	EgressRebind    Name = "egress-rebind"
+	EgressNoSNI     Name = "egress-no-sni"
+)
+
+// Who applies a weakening.
+const (
+	byServe   = "serve"
+	byRunner  = "runner"
+	byGateway = "gateway"
 )
 
 // all is the closed set, in the order help and errors list it; runner says
 // which of them `sandbox run` applies itself (the others shape the pod).
 var all = []struct {
-	name   Name
-	runner bool
+	name Name
+	by   string
 }{
-	{RootToken, false},
-	{KillLeaderOnly, true},
-	{NeverReady, false},
-	{ToolRootToken, false},
-	{UnprovenReady, true},
-	{AllowICMP, false},
-	{Unfenced, false},
+	{RootToken, byServe},
+	{KillLeaderOnly, byRunner},
+	{NeverReady, byServe},
+	{ToolRootToken, byServe},
+	{UnprovenReady, byRunner},
+	{AllowICMP, byServe},
+	{Unfenced, byServe},
+	{EgressDirect, byServe},
+	{EgressClusterDNS, byServe},
+	{EgressAllowAll, byGateway},
+	{EgressRefuseAll, byGateway},
+	{EgressRebind, byGateway},
+	{EgressNoSNI, byGateway},
+}
+
+// takes reports whether the mode (runner, or serve) accepts a weakening
+// applied by by: serve takes its own and its runners'.
+func takes(by string, runner bool) bool {
+	if runner {
+		return by == byRunner
+	}
+	return by != byGateway
 }
 
 // Set is the weakenings in force; the zero Set is a safe deployment.
@@ -77,7 +118,7 @@ func Parse(names []string, runner bool) (Set, error) {
 	for _, n := range names {
 		known := false
 		for _, w := range all {
-			if string(w.name) == n && (w.runner || !runner) {
+			if string(w.name) == n && takes(w.by, runner) {
 				known = true
 			}
 		}
@@ -94,7 +135,35 @@ func Parse(names []string, runner bool) (Set, error) {
 func List(runner bool) string {
 	var names []string
 	for _, w := range all {
-		if w.runner || !runner {
+		if takes(w.by, runner) {
+			names = append(names, string(w.name))
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// ParseGateway is Parse for the egress gateway, which takes its own only.
+func ParseGateway(names []string) (Set, error) {
+	s := Set{on: map[Name]bool{}}
+	for _, n := range names {
+		if !slices.ContainsFunc(all, func(w struct {
+			name Name
+			by   string
+		}) bool {
+			return string(w.name) == n && w.by == byGateway
+		}) {
+			return Set{}, fmt.Errorf("unknown weakening %q: the gateway's are %s", n, ListGateway())
+		}
+		s.on[Name(n)] = true
+	}
+	return s, nil
+}
+
+// ListGateway names the gateway's weakenings, comma-separated.
+func ListGateway() string {
+	var names []string
+	for _, w := range all {
+		if w.by == byGateway {
 			names = append(names, string(w.name))
 		}
 	}
@@ -110,7 +179,7 @@ func (s Set) Has(n Name) bool { return s.on[n] }
 func (s Set) Names(runner bool) []string {
 	var names []string
 	for _, w := range all {
-		if s.on[w.name] && (w.runner || !runner) {
+		if s.on[w.name] && (!runner || w.by == byRunner) {
 			names = append(names, string(w.name))
 		}
 	}

@@ -24,6 +24,7 @@ func TestParse(t *testing.T) {
 		{name: "runner refuses a pod's", names: []string{"root-token"}, runner: true, err: true},
 		{name: "unknown", names: []string{"everything"}, err: true},
 		{name: "no free text", names: []string{"--listen=:8081"}, err: true},
+		{name: "serve refuses the gateway's", names: []string{"egress-rebind"}, err: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,6 +39,12 @@ func TestParse(t *testing.T) {
 				t.Errorf("Names(true) = %q, want %q", got, tt.wantRu)
 			}
 		})
+	}
+	if g, err := ParseGateway([]string{"egress-rebind", "egress-no-sni"}); err != nil || !g.Has(EgressRebind) || !g.Has(EgressNoSNI) {
+		t.Errorf("ParseGateway: %v", err)
+	}
+	if _, err := ParseGateway([]string{"egress-direct"}); err == nil {
+		t.Error("the gateway took serve's weakening")
 	}
 	var zero Set
 	if zero.Has(RootToken) || zero.Names(false) != nil {

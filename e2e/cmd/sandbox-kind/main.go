@@ -55,9 +55,11 @@ func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 		func(ctx context.Context) error { return env.CreateCluster(ctx, false) },
 		env.LoadImage,
 		env.AgentImageUp,
+		env.EgressImageUp,
 		env.StandinsUp,
 		env.PrivateStandinsUp,
 		env.DNSCanaryUp,
+		env.EgressUp,
 	} {
 		if err := phase(ctx); err != nil {
 			return err
