@@ -51,7 +51,7 @@ func TestEgressCost(t *testing.T) {
 			}
 			code := "N = 30\nSIZE = 67108864\n" + egressCostScript
 			for _, image := range []string{kindenv.EgressImage, kindenv.AgentImage} {
-				req := map[string]any{"image": image, "function": "builtins:exec", "args": []any{code, map[string]string{"__name__": "__main__"}}, "timeout_s": 120}
+				req := map[string]any{"image": image, "function": "builtins:exec", "args": []any{code, map[string]string{"__name__": "__main__"}}, "timeout_s": 60}
 				r, err := postCall(ctx, service(ctx), req)
 				if err != nil {
 					t.Fatal(err)
