@@ -32,8 +32,8 @@ import (
 // The load the service must hold, as a user's agents would send it.
 const (
 	// loadRequests: enough to drain and refill the pools many times over
-	// (300 took ten minutes of the CI hour for no more evidence).
-	loadRequests    = 150
+	// (300 took ten minutes of the CI hour, 150 six, for no more evidence).
+	loadRequests    = 100
 	loadConcurrency = 10
 	// loadDisruptRequests is the run during which a serve pod is deleted,
 	// or serve rolled out: both replicas are replaced within it.
@@ -307,7 +307,7 @@ func get(ctx context.Context, url string) (string, error) {
 // result, or the documented 503 after the pool wait. An empty pool that
 // took serve out of its Service would show as refused connections here.
 func TestLoad(t *testing.T) {
-	f := features.New("150 executions at concurrency 10 through the Service").
+	f := features.New(fmt.Sprintf("%d executions at concurrency %d through the Service", loadRequests, loadConcurrency)).
 		WithLabel("needs", "service").
 		Setup(withLoadClient).
 		Assess("every request answered, no sandbox shared, nothing leaked, memory flat", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
