@@ -6,9 +6,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/exec"
 	"github.com/sandboxd/sandbox/internal/kube"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // warmSkips are the introspection snippets not compared here, because the
@@ -68,18 +72,25 @@ func TestWarmRunLooksFresh(t *testing.T) {
 			if err != nil || len(files) == 0 {
 				t.Fatalf("no introspection snippets: %v", err)
 			}
-			for _, file := range files {
-				name := strings.TrimSuffix(filepath.Base(file), ".py")
-				if warmSkips[name] {
-					continue
-				}
+			files = slices.DeleteFunc(files, func(f string) bool { return warmSkips[snippetOf(f)] })
+			codes := make([]string, len(files))
+			for i, file := range files {
 				code, err := os.ReadFile(file)
 				if err != nil {
 					t.Fatal(err)
 				}
-				res := execute(ctx, t, service(ctx), string(code), 20)
+				codes[i] = string(code)
+			}
+			warms := executeAll(ctx, service(ctx), codes, warmConcurrency)
+			for i, file := range files {
+				name := snippetOf(file)
+				w := <-warms[i]
+				if w.err != nil {
+					t.Fatalf("%s: %v", name, w.err)
+				}
+				res := w.res
 				warm := normalizeSeen(kube.Workdir, res.Stdout, res.Stderr, res.ExitCode)
-				bare := bareInPod(ctx, t, cfg, pod, string(code))
+				bare := bareInPod(ctx, t, cfg, pod, codes[i])
 				if name == "modules" {
 					checkPreloaded(t, warm, bare, preloadedModules(ctx, t, cfg, pod))
 					continue
@@ -100,6 +111,66 @@ func TestWarmRunLooksFresh(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// warmConcurrency is how many snippets TestWarmRunLooksFresh has in flight:
+// the pool's target, so that they wait for no pod's start but their own.
+const warmConcurrency = 3
+
+func snippetOf(file string) string { return strings.TrimSuffix(filepath.Base(file), ".py") }
+
+// warmResult is one snippet's answer from executeAll.
+type warmResult struct {
+	res wire.Result
+	err error
+}
+
+// executeAll sends every code to /v1/execute, at most n at once, each
+// asked again after a 503 until a minute and a half has passed; the i-th
+// channel gets the i-th answer.
+func executeAll(ctx context.Context, base string, codes []string, n int) []chan warmResult {
+	out := make([]chan warmResult, len(codes))
+	for i := range out {
+		out[i] = make(chan warmResult, 1)
+	}
+	sem := make(chan struct{}, n)
+	go func() {
+		for i, code := range codes {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				out[i] <- warmResult{err: ctx.Err()}
+				continue
+			}
+			go func() {
+				defer func() { <-sem }()
+				out[i] <- executeRetrying(ctx, base, code)
+			}()
+		}
+	}()
+	return out
+}
+
+func executeRetrying(ctx context.Context, base, code string) warmResult {
+	ctx, cancel := context.WithTimeout(ctx, 110*time.Second)
+	defer cancel()
+	for {
+		r, err := post(ctx, base, code, 20)
+		switch {
+		case err != nil:
+			return warmResult{err: err}
+		case r.status() == http.StatusServiceUnavailable:
+			select {
+			case <-ctx.Done():
+				return warmResult{err: fmt.Errorf("service stayed unavailable: %s", r.errorMsg())}
+			case <-time.After(max(r.err.RetryAfter, 2*time.Second)):
+			}
+			continue
+		case r.err != nil:
+			return warmResult{err: fmt.Errorf("POST /v1/execute: %s", r)}
+		}
+		return warmResult{res: r.res}
+	}
 }
 
 // checkPreloaded: the warm pod's sys.modules is bare python3's and some of
