@@ -6,8 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -75,4 +79,79 @@ func TestEgressCost(t *testing.T) {
 		}).
 		Feature()
 	testenv.Test(t, f)
+}
+
+// TestEgressGatewayDown: with no gateway replica, a call whose image has
+// names is a fast 503 that names the gateway, no tool pod is left, and
+// snippets run as before; the gateway back, the same call runs.
+func TestEgressGatewayDown(t *testing.T) {
+	f := features.New("a call that needs the gateway fails fast while it is down").
+		WithLabel("needs", "service").
+		Setup(withService).
+		Assess("503 naming the gateway, snippets untouched, calls again once it is back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			restore := scaleGateway(ctx, t, 0)
+			defer restore()
+			req := map[string]any{"image": kindenv.EgressImage, "function": "builtins:len", "args": []any{"abc"}, "timeout_s": 10}
+			r, err := postCall(ctx, service(ctx), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.status != http.StatusServiceUnavailable || !strings.Contains(r.errMsg, "gateway") || r.elapsed > 5*time.Second {
+				t.Errorf("gateway down: %s; want a 503 naming the gateway within 5 s", r)
+			}
+			t.Logf("gateway down: %s", r)
+			if res := execute(ctx, t, service(ctx), "print(6*7)", 10); res.Stdout != "42\n" {
+				t.Errorf("a snippet while the gateway is down: %+v", res)
+			}
+			assertNoToolPods(ctx, t)
+			restore()
+			if r, err = postCall(ctx, service(ctx), req); err != nil || r.status != http.StatusOK || r.res.Error != nil {
+				t.Errorf("the gateway back: %s, %v", r, err)
+			}
+			return ctx
+		}).
+		Feature()
+	testenv.Test(t, f)
+}
+
+// scaleGateway sets the gateway's replicas to n and waits until no endpoint
+// of it is ready (n 0) or all are; its undo (idempotent) puts them back.
+func scaleGateway(ctx context.Context, t *testing.T, n int32) func() {
+	t.Helper()
+	deps := clientset(ctx, t).AppsV1().Deployments(kindenv.Namespace)
+	d, err := deps.Get(ctx, egressGateway, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := *d.Spec.Replicas
+	set := func(n int32) error {
+		s, err := deps.GetScale(ctx, egressGateway, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		if _, err := deps.UpdateScale(ctx, egressGateway, s, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		return wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			d, err := deps.Get(ctx, egressGateway, metav1.GetOptions{})
+			if err != nil {
+				return false, nil //nolint:nilerr // retry until the deadline
+			}
+			return d.Status.ObservedGeneration >= d.Generation && d.Status.Replicas == n && d.Status.ReadyReplicas == n, nil
+		})
+	}
+	if err := set(n); err != nil {
+		t.Fatalf("scale the gateway to %d: %v", n, err)
+	}
+	done := false
+	return func() {
+		if done {
+			return
+		}
+		done = true
+		if err := set(was); err != nil {
+			t.Errorf("scale the gateway back to %d: %v", was, err)
+		}
+	}
 }
