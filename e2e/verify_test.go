@@ -356,14 +356,18 @@ func weakenedFeature(name string, knobs []knob, extraArgs []string, psa string, 
 		Feature()
 }
 
-// TestVerifyRootPodWithToken: snippet pods as uid 0 with the service-account
-// token mounted (the namespace relaxed to privileged so they are admitted).
+// TestVerifyRootPodWithToken: snippet pods and tool pods as uid 0 with the
+// service-account token mounted (serve's --weaken=root-token and
+// --weaken=tool-root-token, the namespace relaxed to privileged so they are
+// admitted), on one deployment to spare the CI a rollout: the two touch
+// different pods, and each group's checks FAIL.
 func TestVerifyRootPodWithToken(t *testing.T) {
-	const flag = "--weaken=root-token"
-	testenv.Test(t, weakenedFeature("sandbox verify fails on root pods with a token", []knob{{"serve", flag}}, []string{flag}, "privileged",
-		"posture,inside",
+	flags := []string{"--weaken=root-token", "--weaken=tool-root-token"}
+	testenv.Test(t, weakenedFeature("sandbox verify fails on root pods and root tool pods with a token",
+		[]knob{{"serve", flags[0]}, {"serve", flags[1]}}, flags, "privileged", "posture,inside,toolcalls",
 		[]string{"posture/pod-security-restricted", "posture/pod-spec-container", "posture/pod-spec-isolation",
-			"inside/non-root-identity", "inside/no-service-account-token"}))
+			"inside/non-root-identity", "inside/no-service-account-token",
+			"toolcalls/non-root", "toolcalls/no-credentials"}))
 }
 
 // TestVerifyRunnerWithoutTreeKill: a runner that kills only the snippet's

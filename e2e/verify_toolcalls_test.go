@@ -139,12 +139,3 @@ func TestVerifyToolPodsWithPrivateEgress(t *testing.T) {
 		Feature()
 	testenv.Test(t, f)
 }
-
-// TestVerifyToolPodRootWithToken: tool pods as uid 0 with the
-// service-account token mounted (serve's --weaken=tool-root-token, the
-// namespace relaxed to privileged so they are admitted).
-func TestVerifyToolPodRootWithToken(t *testing.T) {
-	const flag = "--weaken=tool-root-token"
-	testenv.Test(t, weakenedFeature("sandbox verify fails on root tool pods with a token", []knob{{"serve", flag}}, []string{flag}, "privileged",
-		"toolcalls", []string{"toolcalls/non-root", "toolcalls/no-credentials"}))
-}
