@@ -37,7 +37,7 @@ const (
 	loadConcurrency = 10
 	// loadDisruptRequests is the run during which a serve pod is deleted,
 	// or serve rolled out: both replicas are replaced within it.
-	loadDisruptRequests = 80
+	loadDisruptRequests = 60
 	// loadClientTimeout is how long a client waits for one answer: the pool
 	// wait (30 s), the snippet's timeout (10 s) and room for the rest. A
 	// request still unanswered then has hung.
