@@ -378,6 +378,15 @@ func (g *Gateway) target(ctx context.Context, s *Source, host string, port int, 
 	return addrs, nil
 }
 
+// open judges host:port for s and dials what it judged.
+func (g *Gateway) open(ctx context.Context, s *Source, host string, port int, d *decision) (net.Conn, error) {
+	addrs, err := g.target(ctx, s, host, port, d)
+	if err != nil {
+		return nil, err
+	}
+	return g.dial(ctx, addrs, port, d)
+}
+
 // dial connects to the first of addrs that answers: the addresses judged,
 // never a second lookup.
 func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int, d *decision) (net.Conn, error) {
@@ -407,11 +416,7 @@ func (g *Gateway) connect(ctx context.Context, c net.Conn, cr io.Reader, req *ht
 	if err != nil {
 		return refuse(http.StatusBadRequest, "bad_request", "CONNECT %q: port %q is not a number", req.RequestURI, portStr)
 	}
-	addrs, err := g.target(ctx, s, host, port, d)
-	if err != nil {
-		return err
-	}
-	up, err := g.dial(ctx, addrs, port, d)
+	up, err := g.open(ctx, s, host, port, d)
 	if err != nil {
 		return err
 	}
@@ -468,11 +473,7 @@ func (g *Gateway) plain(ctx context.Context, c net.Conn, req *http.Request, h st
 			return refuse(http.StatusBadRequest, "bad_request", "port %q is not a number", p)
 		}
 	}
-	addrs, err := g.target(ctx, s, host, port, d)
-	if err != nil {
-		return err
-	}
-	up, err := g.dial(ctx, addrs, port, d)
+	up, err := g.open(ctx, s, host, port, d)
 	if err != nil {
 		return err
 	}
