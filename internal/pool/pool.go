@@ -129,6 +129,7 @@ type Pool struct {
 	targeter      *targeter
 	waiters       []*waiter            // requests waiting for a pod, oldest first: served in that order
 	createdAt     map[string]time.Time // for the create-to-Ready histogram
+	wasReady      map[string]bool      // pods seen Ready: one that is not any more is lost, not starting
 	unschedulable map[string]bool      // pods already reported as unschedulable
 	changed       chan struct{}        // closed and replaced on every pod event
 	closing       bool                 // shutdown began: no new claims
@@ -215,6 +216,7 @@ func New(o Options) (*Pool, error) {
 		gone:          map[string]*corev1.Pod{},
 		targeter:      newTargeter(o.Size, o.Max),
 		createdAt:     map[string]time.Time{},
+		wasReady:      map[string]bool{},
 		unschedulable: map[string]bool{},
 		changed:       make(chan struct{}),
 		empty:         true, // nothing to report until the first pod is Ready
@@ -370,6 +372,7 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		p.exp.observedGone(pod.Name)
 		delete(p.createdAt, pod.Name)
 		delete(p.unschedulable, pod.Name)
+		delete(p.wasReady, pod.Name)
 		if _, ok := p.inUse[pod.Name]; ok {
 			p.gone[pod.Name] = pod
 		} else {
@@ -377,6 +380,9 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		}
 	} else {
 		p.exp.observed(pod.Name)
+		if kube.IsReady(pod) {
+			p.wasReady[pod.Name] = true
+		}
 		if at, ok := p.createdAt[pod.Name]; ok && kube.IsReady(pod) {
 			p.clearSealFaultLocked() // a new pod proved its egress cut
 			p.lastProof = time.Now()

@@ -696,3 +696,52 @@ func TestMaxAnswerFollowsWait(t *testing.T) {
 		t.Errorf("MaxAnswer: %s with the default wait, %s with ten minutes", short, long)
 	}
 }
+
+// TestWarmPodThatLostReadinessIsReplaced: a warm pod whose Ready condition
+// turns False while the rest of its status stands (what the node lifecycle
+// controller writes for the pods of a node it lost) is neither handed out
+// nor counted as a pod still starting: it is deleted and replaced at once,
+// long before the startup deadline, so that the pool holds its target of
+// pods a request can reach.
+func TestWarmPodThatLostReadinessIsReplaced(t *testing.T) {
+	e := newEnv(t, nil).start()
+	e.waitWarm(3)
+	lost := e.pods()[0].Name
+	e.updatePod(lost, func(p *corev1.Pod) {
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodReady {
+				p.Status.Conditions[i].Status = corev1.ConditionFalse
+				p.Status.Conditions[i].LastTransitionTime = metav1.Now()
+			}
+		}
+	})
+	e.eventually("the pod that lost its readiness deleted", func() bool {
+		_, err := e.cs.CoreV1().Pods(testNS).Get(context.Background(), lost, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	e.waitWarm(3)
+	if got := e.creates.Load(); got != 4 {
+		t.Errorf("creates = %d, want 4 (3 + one for the lost pod)", got)
+	}
+	for range 3 {
+		if _, err := e.execute("x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStartingPodIsNotTakenForLost: a pod not yet Ready, never Ready before,
+// is still starting: it counts as supply until the startup deadline.
+func TestStartingPodIsNotTakenForLost(t *testing.T) {
+	e := newEnv(t, nil)
+	e.autoReady.Store(false)
+	e.start()
+	e.eventually("3 pods created", func() bool { return len(e.pods()) == 3 })
+	e.eventually("the informer shows them", func() bool {
+		pods, _ := e.pool.lister.List(e.pool.selector)
+		return len(pods) == 3
+	})
+	if pl := e.pool.plan(time.Now()); len(pl.remove) != 0 || len(pl.create) != 0 {
+		t.Fatalf("plan for 3 starting pods: remove %v, create %v; want nothing", pl.remove, pl.create)
+	}
+}
