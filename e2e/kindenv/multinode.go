@@ -258,9 +258,12 @@ func nodeNetScript(self NodeNet, all []NodeNet) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "set -eu\nmkdir -p %s\n", multiNodeCNIDir)
-	fmt.Fprintf(&b, "cat >/tmp/10-ptp.conflist <<'EOF'\n%sEOF\n", ptpConflist(self.PodCIDR))
-	fmt.Fprintf(&b, "cmp -s /tmp/10-ptp.conflist %[1]s/10-ptp.conflist || mv /tmp/10-ptp.conflist %[1]s/10-ptp.conflist\n", multiNodeCNIDir)
+	// The new config is written beside the old under a name containerd
+	// does not load (.tmp), then renamed over it: containerd, which
+	// watches the directory, never reads half a file.
+	fmt.Fprintf(&b, "set -eu\nmkdir -p %[1]s\ncd %[1]s\n", multiNodeCNIDir)
+	fmt.Fprintf(&b, "cat >.10-ptp.conflist.tmp <<'EOF'\n%sEOF\n", ptpConflist(self.PodCIDR))
+	b.WriteString("if cmp -s .10-ptp.conflist.tmp 10-ptp.conflist; then rm .10-ptp.conflist.tmp; else mv .10-ptp.conflist.tmp 10-ptp.conflist; fi\n")
 	masq := fmt.Sprintf("POSTROUTING -s %s ! -d %s -m comment --comment %q -j MASQUERADE", pod, pod, masqComment)
 	fmt.Fprintf(&b, "iptables -w -t nat -C %s 2>/dev/null || iptables -w -t nat -A %s\n", masq, masq)
 	var want []string

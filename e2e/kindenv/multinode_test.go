@@ -104,7 +104,8 @@ func TestNodeNetScript(t *testing.T) {
 		"ip route replace 10.244.2.0/24 via 172.18.0.4\n",
 		`-t nat -A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -m comment`,
 		`case " 10.244.0.0/24 10.244.2.0/24 " in`,
-		multiNodeCNIDir + "/10-ptp.conflist",
+		"cd " + multiNodeCNIDir + "\n",
+		"mv .10-ptp.conflist.tmp 10-ptp.conflist",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("script lacks %q:\n%s", want, s)
