@@ -102,7 +102,11 @@ func (e *Env) Images(ctx context.Context) error {
 // CreateCluster creates the kind cluster. An existing cluster of the same
 // name is deleted first when fresh is set, and reused otherwise.
 func (e *Env) CreateCluster(ctx context.Context, fresh bool) error {
-	return e.Phase(fmt.Sprintf("cluster (%d workers)", e.Workers), func() error {
+	name := "cluster"
+	if e.Workers > 0 {
+		name = fmt.Sprintf("cluster (a control plane and %d workers)", e.Workers)
+	}
+	return e.Phase(name, func() error {
 		e.Cluster = NewCluster(e.Name, e.NodeImage, e.Log)
 		e.Cluster.Workers = e.Workers
 		exists, err := e.Cluster.Exists()
