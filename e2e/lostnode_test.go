@@ -237,7 +237,7 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 	owner := ""
 	for _, p := range ln.le.servePods(ctx, t) {
 		if p.Spec.NodeName == ln.survivor {
-			owner = kube.LabelValue(p.Name)
+			owner = p.Name
 		}
 	}
 	start := time.Now()
@@ -401,8 +401,8 @@ func (ln *lostNode) deleted(ctx context.Context, t *testing.T) {
 }
 
 // rejoins starts the victim again: its kubelet registers a new Node, which
-// may get another pod range; then serve is rolled so that its replicas
-// spread over both workers again.
+// may get another pod range; serve is deployed again with the node's
+// addresses, and its replicas spread over both workers again.
 func (ln *lostNode) rejoins(ctx context.Context, t *testing.T) {
 	t.Helper()
 	ln.start(ctx, t)
