@@ -60,6 +60,14 @@ const (
 	redials     = 4
 	redialPause = 50 * time.Millisecond
 
+	// suspectFor: a node where a runner could not be reached at all (no
+	// route, or no answer to the connect; not a refusal, which only a live
+	// kernel sends) has its pods handed out last for this long. A lost
+	// node's pods stay Ready in the API until the node lifecycle
+	// controller's verdict, about 40 s after its last heartbeat, and a
+	// request handed them one after another would spend its attempts there.
+	suspectFor = time.Minute
+
 	// verdictWait bounds how long a broken run waits for the pod's status
 	// to say why it died (the kubelet reports an OOM kill within a second or
 	// two).
@@ -130,6 +138,7 @@ type Pool struct {
 	waiters       []*waiter            // requests waiting for a pod, oldest first: served in that order
 	createdAt     map[string]time.Time // for the create-to-Ready histogram
 	wasReady      map[string]bool      // pods seen Ready: one that is not any more is lost, not starting
+	suspect       map[string]time.Time // node -> until when its pods go last (suspectFor)
 	unschedulable map[string]bool      // pods already reported as unschedulable
 	changed       chan struct{}        // closed and replaced on every pod event
 	closing       bool                 // shutdown began: no new claims
@@ -217,6 +226,7 @@ func New(o Options) (*Pool, error) {
 		targeter:      newTargeter(o.Size, o.Max),
 		createdAt:     map[string]time.Time{},
 		wasReady:      map[string]bool{},
+		suspect:       map[string]time.Time{},
 		unschedulable: map[string]bool{},
 		changed:       make(chan struct{}),
 		empty:         true, // nothing to report until the first pod is Ready
