@@ -49,6 +49,10 @@ const (
 	// goneWithin bounds the pod garbage collector's removal of the pods
 	// bound to a deleted node (40 s of quarantine, then its next pass).
 	goneWithin = 3 * time.Minute
+	// endpointLag: after the node's pods are marked NotReady, the lost
+	// replica leaves the Service's endpoints and kube-proxy's rules within
+	// a few seconds.
+	endpointLag = 10 * time.Second
 )
 
 // TestLostNode: on a cluster of two workers or more, serve's replicas are
@@ -221,7 +225,7 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 	t.Logf("errors before the loss: %s", ts.errorsBetween(time.Time{}, killed))
 	t.Logf("errors until the node was NotReady: %s", ts.errorsBetween(killed, notReady))
 	t.Logf("errors after: %s", ts.errorsBetween(notReady, time.Now()))
-	judgeLost(t, ts, lostClientS, killed)
+	judgeLost(t, ts, lostClientS, notReady.Add(endpointLag))
 	if again, ok := answeringAgain(ts, killed); ok {
 		t.Logf("every request answered with a result again %s after the loss", again.Round(time.Second))
 	} else {
@@ -267,23 +271,23 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 	ln.lostAt = killed
 }
 
-// judgeLost fails t for what a lost node may not cause: a request sent
-// after the loss without an answer or an error within the client's
-// deadline (hung), a wrong result, an HTTP error without a JSON error, a
-// sandbox used twice. A connection that fails at once (the lost serve
-// replica while it is still an endpoint: no route to its node) is an error
-// within the deadline. A request the lost replica was serving when its
-// machine died can get no answer from anyone: only the client's deadline
-// ends it; those are counted, not failed.
-func judgeLost(t *testing.T, ts ticks, clientS int, killed time.Time) {
+// judgeLost fails t for what a lost node may not cause: a request without
+// an answer or an error within the client's deadline (hung) once the lost
+// replica left the Service (gone), a wrong result, an HTTP error without a
+// JSON error, a sandbox used twice. Until then, a request the Service
+// sends to the lost replica, or one it was serving when its machine died,
+// can get no answer from anyone: it fails at once when the network says
+// there is no route, else at the client's own deadline. Those are counted,
+// not failed.
+func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) {
 	t.Helper()
 	seen := map[string]int{}
-	inFlight := 0
+	toReplica := 0
 	for _, k := range ts {
 		hung := k.Status == 0 && (k.MS >= int64(clientS)*1000-500 || strings.Contains(k.Error, "timed out"))
 		switch {
-		case hung && k.sentAt().Before(killed):
-			inFlight++
+		case hung && k.sentAt().Before(gone):
+			toReplica++
 		case hung:
 			t.Errorf("%s %d (sent %s): no answer within the client's %d s: %s", k.Kind, k.I, k.sentAt().Format("15:04:05"), clientS, k.Error)
 		case k.Status == 200 && !k.OK:
@@ -298,7 +302,7 @@ func judgeLost(t *testing.T, ts ticks, clientS int, killed time.Time) {
 			seen[k.ID] = k.I
 		}
 	}
-	t.Logf("requests in flight on the lost replica, ended by the client's %d s deadline: %d", clientS, inFlight)
+	t.Logf("requests to the lost replica ended by the client's %d s deadline: %d", clientS, toReplica)
 }
 
 // answeringAgain is how long after from the last request sent after it
