@@ -271,28 +271,31 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 	ln.lostAt = killed
 }
 
-// judgeLost fails t for what a lost node may not cause: a request without
-// an answer or an error within the client's deadline (hung) once the lost
-// replica left the Service (gone), a wrong result, an HTTP error without a
-// JSON error, a sandbox used twice. Until then, a request the Service
-// sends to the lost replica, or one it was serving when its machine died,
-// can get no answer from anyone: it fails at once when the network says
-// there is no route, else at the client's own deadline. Those are counted,
-// not failed.
+// judgeLost fails t for what a lost node may not cause: once the lost
+// replica left the Service (gone), a request without an HTTP answer (hung
+// until the client's deadline, or refused, or reset); ever, a wrong
+// result, an HTTP error without a JSON error, a sandbox used twice. Until
+// then, a request the Service sends to the lost replica, or one it was
+// serving when its machine died, can get no answer from anyone: it fails
+// at once when the network says there is no route, else at the client's
+// own deadline. Those are counted, not failed.
 func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) {
 	t.Helper()
 	seen := map[string]int{}
-	toReplica := 0
+	fast, atDeadline := 0, 0
 	for _, k := range ts {
 		hung := k.Status == 0 && (k.MS >= int64(clientS)*1000-500 || strings.Contains(k.Error, "timed out"))
 		switch {
-		case hung && k.sentAt().Before(gone):
-			toReplica++
-		case hung:
-			t.Errorf("%s %d (sent %s): no answer within the client's %d s: %s", k.Kind, k.I, k.sentAt().Format("15:04:05"), clientS, k.Error)
+		case k.Status == 0 && k.sentAt().Before(gone) && hung:
+			atDeadline++
+		case k.Status == 0 && k.sentAt().Before(gone):
+			fast++
+		case k.Status == 0:
+			t.Errorf("%s %d (sent %s, after the lost replica left the Service): no HTTP answer after %d ms: %s",
+				k.Kind, k.I, k.sentAt().Format("15:04:05"), k.MS, k.Error)
 		case k.Status == 200 && !k.OK:
 			t.Errorf("%s %d: 200 with a wrong result (id %s)", k.Kind, k.I, k.ID)
-		case k.Status != 200 && k.Status != 0 && (k.Error == "" || strings.HasPrefix(k.Error, "not a JSON error")):
+		case k.Status != 200 && (k.Error == "" || strings.HasPrefix(k.Error, "not a JSON error")):
 			t.Errorf("%s %d: status %d without a JSON error: %s", k.Kind, k.I, k.Status, k.Error)
 		}
 		if k.OK && k.ID != "" {
@@ -302,7 +305,8 @@ func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) {
 			seen[k.ID] = k.I
 		}
 	}
-	t.Logf("requests to the lost replica ended by the client's %d s deadline: %d", clientS, toReplica)
+	t.Logf("requests to the lost replica without an HTTP answer: %d failed at once, %d at the client's %d s deadline",
+		fast, atDeadline, clientS)
 }
 
 // answeringAgain is how long after from the last request sent after it
