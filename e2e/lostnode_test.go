@@ -99,6 +99,7 @@ func TestLostNode(t *testing.T) {
 			ln.returns(ctx, t)
 			ln.deleted(ctx, t)
 			ln.rejoins(ctx, t)
+			t.Logf("TestLostNode measured (%s):\n  %s", time.Now().UTC().Format("2006-01-02"), strings.Join(ln.measured, "\n  "))
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
@@ -111,6 +112,15 @@ type lostNode struct {
 	victim, survivor string
 	down             bool      // the victim's container is not running
 	lostAt           time.Time // when it was first killed
+	measured         []string  // what each step measured, for the summary
+}
+
+// note logs what a step measured and keeps it for the summary.
+func (ln *lostNode) note(t *testing.T, format string, args ...any) {
+	t.Helper()
+	m := fmt.Sprintf(format, args...)
+	ln.measured = append(ln.measured, m)
+	t.Log(m)
 }
 
 // schedulableWorkers lists the nodes that are not control planes, are
@@ -218,18 +228,27 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 	time.Sleep(lostAfter)
 	killed := ln.kill(ctx, t)
 	notReady := ln.waitNode(ctx, t, "NotReady", notReadyWithin, func(n *corev1.Node) bool { return !nodeIsReady(n) })
-	t.Logf("%s NotReady %s after it was killed", ln.victim, notReady.Sub(killed).Round(time.Second))
+	ln.note(t, "NotReady %s after the loss", notReady.Sub(killed).Round(time.Second))
 
 	ts := collect()
+	results, longest := 0, int64(0)
+	for _, k := range ts {
+		if k.OK {
+			results++
+		}
+		longest = max(longest, k.MS)
+	}
+	ln.note(t, "sent %d, answered with a result %d, lost %d, longest answer %s", len(ts), results, len(ts)-results,
+		time.Duration(longest)*time.Millisecond)
 	t.Logf("the client saw: %s", ts.summary())
 	t.Logf("errors before the loss: %s", ts.errorsBetween(time.Time{}, killed))
 	t.Logf("errors until the node was NotReady: %s", ts.errorsBetween(killed, notReady))
 	t.Logf("errors after: %s", ts.errorsBetween(notReady, time.Now()))
 	judgeLost(t, ts, lostClientS, notReady.Add(endpointLag))
 	if again, ok := answeringAgain(ts, killed); ok {
-		t.Logf("every request answered with a result again %s after the loss", again.Round(time.Second))
+		ln.note(t, "every request answered with a result again %s after the loss", again.Round(time.Second))
 	} else {
-		t.Logf("requests still failed at the end of the load")
+		ln.note(t, "requests still failed at the end of the load")
 	}
 	if _, ok := ts.firstOKAfter(notReady); !ok {
 		t.Errorf("no execution sent after %s was NotReady got a result: the survivor did not carry the service", ln.victim)
@@ -266,7 +285,7 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 	if err != nil {
 		t.Errorf("the survivor's pool did not refill on reachable nodes within %s: %s (floor %d)", refillWithin, state, ln.le.target.floor)
 	} else {
-		t.Logf("the survivor's pool refilled (%s) %s after the load", state, time.Since(start).Round(time.Second))
+		ln.note(t, "the survivor's pool full on reachable nodes (%s) %s after the load", state, time.Since(start).Round(time.Second))
 	}
 	ln.lostAt = killed
 }
@@ -352,8 +371,8 @@ func (ln *lostNode) returns(ctx context.Context, t *testing.T) {
 	t.Helper()
 	started := ln.start(ctx, t)
 	ln.le.waitSettled(ctx, t)
-	t.Logf("whole again (every replica Ready, full pools, nothing left over) %s after %s was started, %s after it was lost",
-		time.Since(started).Round(time.Second), ln.victim, time.Since(ln.lostAt).Round(time.Second))
+	ln.note(t, "whole again (every replica Ready, full pools, nothing left over) %s after the node was started, %s after it was lost",
+		time.Since(started).Round(time.Second), time.Since(ln.lostAt).Round(time.Second))
 	ln.nothingLeft(ctx, t)
 	// Back within the 300 s of serve's toleration, its replica restarted
 	// in place; later, it was evicted and replaced on the survivor.
@@ -401,10 +420,10 @@ func (ln *lostNode) deleted(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Errorf("pods of namespace %s still bound to the deleted node %s after %s: %v", kindenv.Namespace, ln.victim, goneWithin, left)
 	} else {
-		t.Logf("no pod of ours on the deleted node %s after %s", ln.victim, time.Since(killed).Round(time.Second))
+		ln.note(t, "node deleted: no pod of ours left on it %s after the loss", time.Since(killed).Round(time.Second))
 	}
 	ln.le.waitSettled(ctx, t)
-	t.Logf("whole again on the survivor %s after the node was lost and deleted", time.Since(killed).Round(time.Second))
+	ln.note(t, "node deleted: whole again on the survivor %s after the loss", time.Since(killed).Round(time.Second))
 	ln.nothingLeft(ctx, t)
 }
 
