@@ -91,6 +91,10 @@ func TestLostNode(t *testing.T) {
 			ln := &lostNode{cs: cs, le: loadEnv{cs: cs}}
 			ln.victim, ln.survivor = ln.spread(ctx, t, workers)
 			t.Cleanup(func() { ln.restore(context.WithoutCancel(ctx), t) })
+			// The summary, also of a run a failure cut short.
+			t.Cleanup(func() {
+				t.Logf("TestLostNode measured (%s):\n  %s", time.Now().UTC().Format("2006-01-02"), strings.Join(ln.measured, "\n  "))
+			})
 			base, _ := forwardToServe(ctx, t, cfg, func(p corev1.Pod) bool { return p.Spec.NodeName == ln.survivor && podReady(p) })
 			ln.le.target = poolTarget(ctx, t, base)
 			ln.le.waitSettled(ctx, t)
@@ -99,7 +103,6 @@ func TestLostNode(t *testing.T) {
 			ln.returns(ctx, t)
 			ln.deleted(ctx, t)
 			ln.rejoins(ctx, t)
-			t.Logf("TestLostNode measured (%s):\n  %s", time.Now().UTC().Format("2006-01-02"), strings.Join(ln.measured, "\n  "))
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
