@@ -125,7 +125,16 @@ func setupNetpol(ctx context.Context, t *testing.T, cfg *envconf.Config) context
 	st.canary = createReady(ctx, t, cfg, onNodeNamed(canaryPod(other.Name, "canary", image), canaryNode))
 	st.control = createReady(ctx, t, cfg, onNodeNamed(sleeperPod(other.Name, "control", image, admitted), probeNode))
 	st.denied = createReady(ctx, t, cfg, onNodeNamed(sleeperPod(other.Name, "denied", image, nil), probeNode))
-	st.snippet = createReady(ctx, t, cfg, onNodeNamed(sleeperPod(kindenv.Namespace, envconf.RandomName("e2e-snippet", 20), image, snippetLabels), probeNode))
+	// The snippet pod is admitted too: what blocks it must be its own
+	// egress policy, not the canary's ingress one.
+	snippet := map[string]string{}
+	for k, v := range snippetLabels {
+		snippet[k] = v
+	}
+	for k, v := range admitted {
+		snippet[k] = v
+	}
+	st.snippet = createReady(ctx, t, cfg, onNodeNamed(sleeperPod(kindenv.Namespace, envconf.RandomName("e2e-snippet", 20), image, snippet), probeNode))
 	if err := r.Create(ctx, canaryIngressPolicy(other.Name)); err != nil {
 		t.Fatalf("create the canary's ingress policy: %v", err)
 	}
@@ -143,9 +152,9 @@ func setupNetpol(ctx context.Context, t *testing.T, cfg *envconf.Config) context
 // admitted is the label of the pods the canary's ingress policy admits.
 var admitted = map[string]string{"e2e-netpol/admitted": "true"}
 
-// canaryIngressPolicy admits to the canary only the pods of its namespace
-// labelled admitted: the engine on the canary's node tells them from
-// their neighbours by their addresses.
+// canaryIngressPolicy admits to the canary only the pods labelled admitted,
+// of any namespace: the engine on the canary's node tells them from their
+// neighbours by their addresses.
 func canaryIngressPolicy(ns string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "canary-ingress", Namespace: ns},
@@ -153,7 +162,8 @@ func canaryIngressPolicy(ns string) *networkingv1.NetworkPolicy {
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "canary"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: admitted}}},
+				From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{},
+					PodSelector: &metav1.LabelSelector{MatchLabels: admitted}}},
 			}},
 		},
 	}
