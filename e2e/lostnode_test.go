@@ -89,14 +89,20 @@ func TestLostNode(t *testing.T) {
 				t.Fatalf("%d workers, but only %v schedulable and Ready", suite.Workers, workers)
 			}
 			ln := &lostNode{cs: cs, le: loadEnv{cs: cs}}
-			ln.victim, ln.survivor = ln.spread(ctx, t, workers)
+			base, _ := forwardToServe(ctx, t, cfg, podReady)
+			ln.le.target = poolTarget(ctx, t, base)
+			if serves := ln.le.servePods(ctx, t); len(serves) == 2 && serves[0].Spec.NodeName == serves[1].Spec.NodeName {
+				// Scheduled by the manifests' topology spread alone: say so,
+				// and go on with the replicas spread by hand.
+				t.Errorf("serve's replicas %s and %s are both on %s: the topology spread did not spread them",
+					serves[0].Name, serves[1].Name, serves[0].Spec.NodeName)
+			}
+			ln.respread(ctx, t)
 			t.Cleanup(func() { ln.restore(context.WithoutCancel(ctx), t) })
 			// The summary, also of a run a failure cut short.
 			t.Cleanup(func() {
 				t.Logf("TestLostNode measured (%s):\n  %s", time.Now().UTC().Format("2006-01-02"), strings.Join(ln.measured, "\n  "))
 			})
-			base, _ := forwardToServe(ctx, t, cfg, func(p corev1.Pod) bool { return p.Spec.NodeName == ln.survivor && podReady(p) })
-			ln.le.target = poolTarget(ctx, t, base)
 			ln.le.waitSettled(ctx, t)
 
 			ln.lostUnderLoad(ctx, t, cfg)
