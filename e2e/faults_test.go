@@ -42,14 +42,15 @@ const (
 	apiOutage = 60 * time.Second
 )
 
-// tickScript sends one request a second for argv[2] seconds to the service
-// at argv[1] (a tool call of image argv[5] every argv[3]-th, a print with
-// timeout argv[6] otherwise), each in its own thread, waiting argv[4]
+// tickScript sends argv[7] requests a second for argv[2] seconds to the
+// service at argv[1] (a tool call of image argv[5] every argv[3]-th, a print
+// with timeout argv[6] otherwise), each in its own thread, waiting argv[4]
 // seconds for its answer, and prints a JSON line per answer as it comes: when it left
 // (Unix seconds), what it was, its status (0: no HTTP answer), its error,
 // its sandbox id and how long it took.
 const tickScript = `import json, os, sys, threading, time, urllib.error, urllib.request
 url, secs, call_every, limit, image, timeout = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+rate = float(sys.argv[7])
 lock = threading.Lock()
 def one(i):
     call = i % call_every == call_every - 1
@@ -92,7 +93,7 @@ while time.monotonic() - start < secs:
     t.start()
     ts.append(t)
     i += 1
-    time.sleep(max(0, start + i - time.monotonic()))
+    time.sleep(max(0, start + i / rate - time.monotonic()))
 for t in ts:
     t.join()
 `
@@ -194,15 +195,41 @@ func (ts ticks) firstOKAfter(from time.Time) (tick, bool) {
 	return tick{}, false
 }
 
+// tickOpts change the ticking client: zero values are the defaults.
+type tickOpts struct {
+	rate    float64 // requests a second; 0 is 1
+	node    string  // the node the client runs on; "" lets the scheduler choose
+	url     string  // the service's address; "" is the Service by name
+	clientS int     // how long it waits for an answer; 0 is tickClientS
+}
+
 // startTicks starts tickScript for d in a pod of the client namespace and
 // returns a function that waits for it to end and reads its answers.
 func startTicks(ctx context.Context, t *testing.T, cfg *envconf.Config, d time.Duration) func() ticks {
 	t.Helper()
-	url := fmt.Sprintf("http://%s.%s.svc:80", kindenv.Deployment, kindenv.Namespace)
+	return startTicksWith(ctx, t, cfg, d, tickOpts{})
+}
+
+// startTicksWith is startTicks with o.
+func startTicksWith(ctx context.Context, t *testing.T, cfg *envconf.Config, d time.Duration, o tickOpts) func() ticks {
+	t.Helper()
+	if o.rate == 0 {
+		o.rate = 1
+	}
+	if o.url == "" {
+		o.url = fmt.Sprintf("http://%s.%s.svc:80", kindenv.Deployment, kindenv.Namespace)
+	}
+	if o.clientS == 0 {
+		o.clientS = tickClientS
+	}
 	pod := kindenv.WithToken(sleeperPod(kindenv.ClientNamespace, envconf.RandomName("ticks", 12), Suite(ctx).Image, nil))
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	pod.Spec.Containers[0].Command = []string{"python3", "-c", tickScript, url,
-		strconv.Itoa(int(d.Seconds())), strconv.Itoa(tickCallEvery), strconv.Itoa(tickClientS), kindenv.AgentImage, strconv.Itoa(tickTimeoutS)}
+	if o.node != "" {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: o.node}
+	}
+	pod.Spec.Containers[0].Command = []string{"python3", "-c", tickScript, o.url,
+		strconv.Itoa(int(d.Seconds())), strconv.Itoa(tickCallEvery), strconv.Itoa(o.clientS), kindenv.AgentImage, strconv.Itoa(tickTimeoutS),
+		strconv.FormatFloat(o.rate, 'f', -1, 64)}
 	cs := clientset(ctx, t)
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.WithoutCancel(ctx), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
@@ -210,7 +237,7 @@ func startTicks(ctx context.Context, t *testing.T, cfg *envconf.Config, d time.D
 	createReady(ctx, t, cfg, pod)
 	return func() ticks {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, d+2*tickClientS*time.Second+3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, d+2*time.Duration(o.clientS)*time.Second+3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil //nolint:nilerr // the API server may still be coming back
@@ -234,7 +261,7 @@ func startTicks(ctx context.Context, t *testing.T, cfg *envconf.Config, d time.D
 			out = append(out, k)
 		}
 		slices.SortFunc(out, func(a, b tick) int { return a.I - b.I })
-		if want := int(d.Seconds()); len(out) < want-1 {
+		if want := int(d.Seconds() * o.rate); len(out) < want-1 {
 			t.Errorf("the ticking client printed %d answers, want about %d", len(out), want)
 		}
 		return out
@@ -410,8 +437,11 @@ func TestContainerRuntimeRestart(t *testing.T) {
 			collect := startTicks(ctx, t, cfg, 45*time.Second)
 			time.Sleep(10 * time.Second)
 			at := time.Now()
-			onNode(ctx, t, Suite(ctx).NodeName, "systemctl", "restart", "containerd")
-			t.Logf("containerd restarted in %s", time.Since(at).Round(100*time.Millisecond))
+			// The node of a serve replica: on one node, the node; on more,
+			// the one whose runtime carries a replica and its pods.
+			node := le.servePods(ctx, t)[0].Spec.NodeName
+			onNode(ctx, t, node, "systemctl", "restart", "containerd")
+			t.Logf("containerd restarted on %s in %s", node, time.Since(at).Round(100*time.Millisecond))
 			ts := collect()
 			t.Logf("the client saw: %s", ts.summary())
 			t.Logf("errors before the restart: %s", ts.errorsBetween(time.Time{}, at))

@@ -73,6 +73,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	suite = kindenv.NewEnv(root, os.Stderr)
+	if suite.Workers, err = kindenv.WorkersFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	reuse := os.Getenv(reuseEnv) == "1"
 	imageBefore = suite.ImageID(context.Background())
 	cfg := envconf.New()

@@ -43,9 +43,12 @@ type npKey string
 // npState is what Setup made, for the assessments and Teardown.
 type npState struct {
 	control, snippet *corev1.Pod
-	targets          []target
-	createdNS        bool // we created namespace sandbox (no manifests deployed)
-	ownPolicy        bool // we created the DNS-only policy
+	// canary is the in-cluster target; denied a pod beside the control
+	// that the canary's ingress policy does not admit.
+	canary, denied *corev1.Pod
+	targets        []target
+	createdNS      bool // we created namespace sandbox (no manifests deployed)
+	ownPolicy      bool // we created the DNS-only policy
 }
 
 type target struct{ name, url string }
@@ -56,6 +59,7 @@ func TestNetworkPolicy(t *testing.T) {
 		Setup(setupNetpol).
 		Assess("the unrestricted control pod reaches every target", assessControl).
 		Assess("the snippet pod is blocked from every target", assessSnippet).
+		Assess("ingress by pod address: the canary admits the control and refuses its neighbour", assessIngress).
 		Teardown(teardownNetpol).
 		Feature()
 	testenv.Test(t, f)
@@ -110,15 +114,98 @@ func setupNetpol(ctx context.Context, t *testing.T, cfg *envconf.Config) context
 	if err := r.Create(ctx, other); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	canary := createReady(ctx, t, cfg, canaryPod(other.Name, "canary", image))
-	st.control = createReady(ctx, t, cfg, sleeperPod(other.Name, "control", image, nil))
-	st.snippet = createReady(ctx, t, cfg, sleeperPod(kindenv.Namespace, envconf.RandomName("e2e-snippet", 20), image, snippetLabels))
+	// On two workers or more, the canary runs on one and the probing pods
+	// on another: every probe crosses nodes, where a policy by pod address
+	// holds only if the source address survives the trip.
+	canaryNode, probeNode := "", ""
+	if ws := schedulableWorkers(ctx, t, clientset(ctx, t)); len(ws) >= 2 {
+		canaryNode, probeNode = ws[1], ws[0]
+		t.Logf("the canary on %s, the probing pods on %s", canaryNode, probeNode)
+	}
+	st.canary = createReady(ctx, t, cfg, onNodeNamed(canaryPod(other.Name, "canary", image), canaryNode))
+	st.control = createReady(ctx, t, cfg, onNodeNamed(sleeperPod(other.Name, "control", image, admitted), probeNode))
+	st.denied = createReady(ctx, t, cfg, onNodeNamed(sleeperPod(other.Name, "denied", image, nil), probeNode))
+	// The snippet pod is admitted too: what blocks it must be its own
+	// egress policy, not the canary's ingress one.
+	snippet := map[string]string{}
+	for k, v := range snippetLabels {
+		snippet[k] = v
+	}
+	for k, v := range admitted {
+		snippet[k] = v
+	}
+	st.snippet = createReady(ctx, t, cfg, onNodeNamed(sleeperPod(kindenv.Namespace, envconf.RandomName("e2e-snippet", 20), image, snippet), probeNode))
+	if err := r.Create(ctx, canaryIngressPolicy(other.Name)); err != nil {
+		t.Fatalf("create the canary's ingress policy: %v", err)
+	}
+	canary := st.canary
 
 	sb := Suite(ctx).Standins
 	st.targets = []target{
 		{"in-cluster canary pod", fmt.Sprintf("http://%s:%d/", canary.Status.PodIP, canaryPort)},
 		{"internet stand-in", sb.Internet.URL()},
 		{"metadata stand-in", sb.Metadata.URL()},
+	}
+	return ctx
+}
+
+// admitted is the label of the pods the canary's ingress policy admits.
+var admitted = map[string]string{"e2e-netpol/admitted": "true"}
+
+// canaryIngressPolicy admits to the canary only the pods labelled admitted,
+// of any namespace: the engine on the canary's node tells them from their
+// neighbours by their addresses.
+func canaryIngressPolicy(ns string) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "canary-ingress", Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "canary"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{},
+					PodSelector: &metav1.LabelSelector{MatchLabels: admitted}}},
+			}},
+		},
+	}
+}
+
+// onNodeNamed pins pod to node; "" leaves it to the scheduler.
+func onNodeNamed(pod *corev1.Pod, node string) *corev1.Pod {
+	if node != "" {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	}
+	return pod
+}
+
+// assessIngress: the canary's ingress policy refuses the pod beside the
+// control (blocked for several probes in a row), while the control, in
+// the same window, still reaches it.
+func assessIngress(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+	st, r := state(ctx), cfg.Client().Resources()
+	url := fmt.Sprintf("http://%s:%d/", st.canary.Status.PodIP, canaryPort)
+	var last probe
+	inARow := 0
+	deadline := time.Now().Add(policyDeadline)
+	for inARow < blockedInARow && !time.Now().After(deadline) && ctx.Err() == nil {
+		last = fetchFrom(ctx, r, st.denied, url)
+		if last.reached {
+			inARow = 0
+		} else {
+			inARow++
+		}
+		time.Sleep(probeInterval)
+	}
+	if inARow < blockedInARow {
+		t.Errorf("the canary's ingress policy did not refuse %s (%s, on %s) within %s: last probe %s",
+			st.denied.Name, st.denied.Status.PodIP, st.denied.Spec.NodeName, policyDeadline, last)
+	} else {
+		t.Logf("%s (on %s) -> canary (on %s): %s", st.denied.Name, st.denied.Spec.NodeName, st.canary.Spec.NodeName, last)
+	}
+	if c := fetchFrom(ctx, r, st.control, url); !c.reached {
+		t.Errorf("the admitted control (%s, on %s) cannot reach the canary (on %s): %s; a masqueraded source would look so",
+			st.control.Status.PodIP, st.control.Spec.NodeName, st.canary.Spec.NodeName, c)
+	} else {
+		t.Logf("control (on %s) -> canary (on %s): %s", st.control.Spec.NodeName, st.canary.Spec.NodeName, c)
 	}
 	return ctx
 }

@@ -169,7 +169,7 @@ func TestPoolPodGoesSilentMidRun(t *testing.T) {
 			victim := podRunningJob(ctx, t, pe, earlier)
 			// As a lost node would: the pod stays Running in the API and
 			// its connection stays open, but nothing answers any more.
-			cutPodNetwork(ctx, t, Suite(ctx).NodeName, victim.Name)
+			cutPodNetwork(ctx, t, victim.Spec.NodeName, victim.Name)
 			cut := time.Now()
 
 			r, err := run.wait(silentDeadline)

@@ -206,7 +206,7 @@ func TestPoolServeContainerRestart(t *testing.T) {
 			makers := watchMakers(ctx, t, pe.cs)
 
 			// Kill the serve process from the node: SIGKILL, no shutdown.
-			node := Suite(ctx).NodeName
+			node := srv.Spec.NodeName
 			sandboxes := strings.Fields(crictl(ctx, t, node, "pods", "--name", "^"+pe.owner+"$", "--namespace", kindenv.Namespace, "-q"))
 			if len(sandboxes) != 1 {
 				t.Fatalf("pod sandboxes of %s: %q", pe.owner, sandboxes)

@@ -64,12 +64,12 @@ func PrivateAddrs() []string {
 	return out
 }
 
-// PrivateStandinsUp starts the private-range canaries and attaches the node.
+// PrivateStandinsUp starts the private-range canaries and attaches every node.
 // It is idempotent.
 func (e *Env) PrivateStandinsUp(ctx context.Context) error {
 	return e.Phase("private-range stand-ins", func() error {
 		for _, s := range PrivateStandins {
-			if err := s.up(ctx, e.Image, e.NodeName); err != nil {
+			if err := s.up(ctx, e.Image, e.Nodes...); err != nil {
 				return fmt.Errorf("%s stand-in: %w", s.Role, err)
 			}
 		}
@@ -77,14 +77,14 @@ func (e *Env) PrivateStandinsUp(ctx context.Context) error {
 	})
 }
 
-// privateStandinsDown removes them (after disconnecting the node, if any).
-func privateStandinsDown(ctx context.Context, node string) error {
+// privateStandinsDown removes them (after disconnecting the nodes, if any).
+func privateStandinsDown(ctx context.Context, nodes ...string) error {
 	var errs []error
 	for _, s := range PrivateStandins {
 		if _, err := docker(ctx, "rm", "-f", s.container()); err != nil {
 			errs = append(errs, err)
 		}
-		if node != "" {
+		for _, node := range nodes {
 			_, _ = docker(ctx, "network", "disconnect", "-f", s.Network, node)
 		}
 		if _, err := docker(ctx, "network", "inspect", s.Network); err == nil {

@@ -20,7 +20,8 @@ const (
 	// DefaultName is the cluster name shared with the manifests and verify.
 	DefaultName = "sandbox"
 	// PodSubnet must match the host-local range in e2e/node/10-ptp.conflist,
-	// which is baked into the node image (single node only).
+	// which is baked into the node image (the single-node cluster's; a
+	// multi-node one splits it per node: see PodNetwork).
 	PodSubnet = "10.244.0.0/16"
 )
 
@@ -28,7 +29,10 @@ const (
 type Cluster struct {
 	Name      string
 	NodeImage string
-	provider  *kindcluster.Provider
+	// Workers is how many worker nodes Create makes besides the control
+	// plane; 0 is one node that runs everything.
+	Workers  int
+	provider *kindcluster.Provider
 }
 
 // NewCluster returns a handle on the kind cluster name using Docker; kind's
@@ -55,8 +59,9 @@ const containerdCgroupfs = `[plugins."io.containerd.grpc.v1.cri".containerd.runt
   SystemdCgroup = false
 `
 
-// config is the cluster's kind configuration: one node of our offline image,
-// the pod range our baked CNI config serves, and kubelet settings.
+// config is the cluster's kind configuration: one node of our offline image
+// (or a control plane and c.Workers workers), the pod range our baked CNI
+// config serves, and kubelet settings.
 func (c *Cluster) config(cgroupV1 bool) *v1alpha4.Cluster {
 	// The kubelet and runc manage cgroups themselves (cgroupfs), not through
 	// the node's systemd: on cgroup v1, runc's systemd driver freezes each
@@ -80,11 +85,21 @@ func (c *Cluster) config(cgroupV1 bool) *v1alpha4.Cluster {
 		KubeadmConfigPatches:    []string{kubelet, controlPlane},
 		ContainerdConfigPatches: []string{containerdCgroupfs},
 	}
+	if c.Workers > 0 {
+		// The control plane keeps kubeadm's NoSchedule taint (kind lifts
+		// it on one node only): it runs the system, the workers run ours,
+		// so that losing a worker takes none of the control plane with it.
+		for range c.Workers {
+			cfg.Nodes = append(cfg.Nodes, v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: c.NodeImage})
+		}
+		cfg.ContainerdConfigPatches = append(cfg.ContainerdConfigPatches, containerdMultiNodeCNI)
+	}
 	v1alpha4.SetDefaultsCluster(cfg)
 	return cfg
 }
 
-// Create creates the cluster and waits for its node to be Ready. The
+// Create creates the cluster and waits for its nodes to be Ready (on more
+// than one node, after PodNetwork configured their pod network). The
 // kubeconfig is merged into the default one ($KUBECONFIG or ~/.kube/config)
 // as context kind-<name>, as the kind CLI does.
 func (c *Cluster) Create(ctx context.Context) error {
@@ -92,11 +107,17 @@ func (c *Cluster) Create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Nodes of a multi-node cluster are not Ready before PodNetwork: kind
+	// must not wait for that.
+	ready := 3 * time.Minute
+	if c.Workers > 0 {
+		ready = 0
+	}
 	done := make(chan error, 1)
 	go func() {
 		done <- c.provider.Create(c.Name,
 			kindcluster.CreateWithV1Alpha4Config(c.config(v1)),
-			kindcluster.CreateWithWaitForReady(3*time.Minute),
+			kindcluster.CreateWithWaitForReady(ready),
 			kindcluster.CreateWithDisplayUsage(false),
 			kindcluster.CreateWithDisplaySalutation(false),
 		)
@@ -113,6 +134,11 @@ func (c *Cluster) Create(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("create kind cluster %q: %w", c.Name, err)
+	}
+	if c.Workers > 0 {
+		if err := c.PodNetwork(ctx); err != nil {
+			return fmt.Errorf("create kind cluster %q: %w", c.Name, err)
+		}
 	}
 	return nil
 }

@@ -22,14 +22,25 @@ type Env struct {
 	Standins Standins  // the metadata and internet stand-ins
 	Log      io.Writer // progress and phase timings
 
+	// Workers is how many worker nodes the cluster has besides its control
+	// plane (WorkersEnv); 0 is one node that runs everything.
+	Workers int
+
 	NodeImage  string
 	Bins       map[string]string // binary set name -> directory
 	Cluster    *Cluster
 	Kubeconfig string // a kubeconfig file for this cluster only
 	Kubectl    Kubectl
 	SandboxBin string // bin/sandbox, built from this tree
-	NodeName   string // the control-plane node's container
-	Reused     bool   // CreateCluster found the cluster running and kept it
+	// NodeName is the control-plane node's container: where the API server
+	// runs, and on a single-node cluster the node of every pod. A test
+	// that acts on the node of a pod takes the pod's spec.nodeName (the
+	// container's name on kind).
+	NodeName string
+	// Nodes are every node's container, the control plane first: each is
+	// attached to the stand-ins' networks.
+	Nodes  []string
+	Reused bool // CreateCluster found the cluster running and kept it
 }
 
 // NewEnv returns the default environment for the repository at root.
@@ -91,8 +102,13 @@ func (e *Env) Images(ctx context.Context) error {
 // CreateCluster creates the kind cluster. An existing cluster of the same
 // name is deleted first when fresh is set, and reused otherwise.
 func (e *Env) CreateCluster(ctx context.Context, fresh bool) error {
-	return e.Phase("cluster", func() error {
+	name := "cluster"
+	if e.Workers > 0 {
+		name = fmt.Sprintf("cluster (a control plane and %d workers)", e.Workers)
+	}
+	return e.Phase(name, func() error {
 		e.Cluster = NewCluster(e.Name, e.NodeImage, e.Log)
+		e.Cluster.Workers = e.Workers
 		exists, err := e.Cluster.Exists()
 		if err != nil {
 			return err
@@ -110,7 +126,21 @@ func (e *Env) CreateCluster(ctx context.Context, fresh bool) error {
 		} else if err := e.Cluster.Create(ctx); err != nil {
 			return err
 		}
-		return e.useCluster()
+		asked := e.Workers
+		if err := e.useCluster(); err != nil {
+			return err
+		}
+		// A reused cluster keeps its nodes; only a count asked for
+		// explicitly must match them.
+		if e.Workers != asked && (!exists || os.Getenv(WorkersEnv) != "") {
+			return fmt.Errorf("the running cluster %q has %d workers, and %s asks for %d: delete it first (make kind-down)",
+				e.Name, e.Workers, WorkersEnv, asked)
+		}
+		if exists && e.Workers > 0 {
+			// A node restarted since lost its routes: set them again.
+			return e.Cluster.PodNetwork(ctx)
+		}
+		return nil
 	})
 }
 
@@ -136,11 +166,14 @@ func (e *Env) useCluster() error {
 	if err := e.Cluster.WriteKubeconfig(e.Kubeconfig); err != nil {
 		return err
 	}
-	node, err := e.Cluster.ControlPlane()
+	cp, workers, err := e.Cluster.Nodes()
 	if err != nil {
 		return err
 	}
-	e.NodeName = node
+	e.NodeName = cp
+	e.Nodes = append([]string{cp}, workers...)
+	e.Workers = len(workers)
+	e.Cluster.Workers = len(workers)
 	if k := e.Bins["kubernetes"]; k != "" {
 		e.Kubectl = Kubectl{Path: filepath.Join(k, "kubectl"), Kubeconfig: e.Kubeconfig}
 	}
@@ -152,22 +185,27 @@ func (e *Env) LoadImage(ctx context.Context) error {
 	return e.Phase("load "+e.Image, func() error { return e.Cluster.LoadImage(ctx, e.Image) })
 }
 
-// StandinsUp starts the metadata and internet stand-ins and attaches the node.
+// StandinsUp starts the metadata and internet stand-ins and attaches every
+// node.
 func (e *Env) StandinsUp(ctx context.Context) error {
-	return e.Phase("stand-ins", func() error { return e.Standins.Up(ctx, e.Image, e.NodeName) })
+	return e.Phase("stand-ins", func() error { return e.Standins.Up(ctx, e.Image, e.Nodes...) })
 }
 
-// Deploy applies `sandbox manifests --image <image>`. The node's address on
-// the internet stand-in's network plays a node's public address, which no
-// API object lists (kind's Node names only its address on kind's own
-// network): the operator names it in --tool-egress-deny.
+// Deploy applies `sandbox manifests --image <image>`. Each node's address
+// on the internet stand-in's network plays a node's public address, which
+// no API object lists (kind's Node names only its address on kind's own
+// network): the operator names them in --tool-egress-deny.
 func (e *Env) Deploy(ctx context.Context) error {
 	return e.Phase("deploy manifests", func() error {
-		ip, err := e.Standins.Internet.NodeAddr(ctx, e.NodeName)
-		if err != nil {
-			return err
+		var deny []string
+		for _, n := range e.Nodes {
+			ip, err := e.Standins.Internet.NodeAddr(ctx, n)
+			if err != nil {
+				return err
+			}
+			deny = append(deny, ip+"/32")
 		}
-		return Deploy(ctx, e.Kubectl, e.SandboxBin, e.Image, "--tool-egress-deny", ip+"/32")
+		return Deploy(ctx, e.Kubectl, e.SandboxBin, e.Image, "--tool-egress-deny", strings.Join(deny, ","))
 	})
 }
 
@@ -202,25 +240,33 @@ func (e *Env) WaitAvailable(ctx context.Context, timeout time.Duration) error {
 func (e *Env) Down(ctx context.Context) error {
 	return e.Phase("delete cluster", func() error {
 		c := NewCluster(e.Name, "", e.Log)
-		node := ""
+		var nodes []string
 		if ok, _ := c.Exists(); ok {
-			node, _ = c.ControlPlane()
+			if cp, workers, err := c.Nodes(); err == nil {
+				nodes = append([]string{cp}, workers...)
+			}
 		}
 		// The DNS canary first: it sits on the internet stand-in's network.
-		serr := errors.Join(dnsCanaryDown(ctx), egressDown(ctx), e.Standins.Down(ctx, node), privateStandinsDown(ctx, node))
+		serr := errors.Join(dnsCanaryDown(ctx), egressDown(ctx), e.Standins.Down(ctx, nodes...), privateStandinsDown(ctx, nodes...))
 		if err := c.Delete(); err != nil {
 			// A container cgroup that runc left frozen ("unable to freeze",
 			// cgroup v1) cannot be killed, and so neither can the node:
-			// thaw what is frozen under it and try once more.
-			if node == "" {
+			// thaw what is frozen under the nodes and try once more.
+			if len(nodes) == 0 {
 				return err
 			}
-			id, ierr := docker(ctx, "inspect", "--format", "{{.Id}}", node)
-			if ierr != nil {
-				return err
+			thawed := 0
+			var terrs []error
+			for _, node := range nodes {
+				id, ierr := docker(ctx, "inspect", "--format", "{{.Id}}", node)
+				if ierr != nil {
+					continue
+				}
+				n, terr := thawFrozen(filepath.Join(freezerRoot, "docker", id))
+				thawed += n
+				terrs = append(terrs, terr)
 			}
-			thawed, terr := thawFrozen(filepath.Join(freezerRoot, "docker", id))
-			fmt.Fprintf(e.Log, "delete cluster: %v; thawed %d frozen cgroups under the node (%v), trying again\n", err, thawed, terr)
+			fmt.Fprintf(e.Log, "delete cluster: %v; thawed %d frozen cgroups under the nodes (%v), trying again\n", err, thawed, errors.Join(terrs...))
 			if err := c.Delete(); err != nil {
 				return err
 			}

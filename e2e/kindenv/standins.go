@@ -60,11 +60,11 @@ func docker(ctx context.Context, args ...string) (string, error) {
 }
 
 // Up starts both canaries (from image, which must have python3; they run as
-// uid 0 to bind port 80) and attaches the node container to their networks.
-// It is idempotent.
-func (ss Standins) Up(ctx context.Context, image, node string) error {
+// uid 0 to bind port 80) and attaches every node container to their
+// networks. It is idempotent.
+func (ss Standins) Up(ctx context.Context, image string, nodes ...string) error {
 	for _, s := range []Standin{ss.Metadata, ss.Internet} {
-		if err := s.up(ctx, image, node); err != nil {
+		if err := s.up(ctx, image, nodes...); err != nil {
 			return fmt.Errorf("%s stand-in: %w", s.Role, err)
 		}
 	}
@@ -73,7 +73,7 @@ func (ss Standins) Up(ctx context.Context, image, node string) error {
 
 func (s Standin) container() string { return s.Network + "-canary" }
 
-func (s Standin) up(ctx context.Context, image, node string) error {
+func (s Standin) up(ctx context.Context, image string, nodes ...string) error {
 	if _, err := docker(ctx, "network", "inspect", s.Network); err != nil {
 		if _, err := docker(ctx, "network", "create", "--subnet", s.Subnet, s.Network); err != nil {
 			return err
@@ -84,13 +84,15 @@ func (s Standin) up(ctx context.Context, image, node string) error {
 		"--user", "0", "--entrypoint", "python3", image, "-c", canaryScript, CanaryToken, s.Role); err != nil {
 		return err
 	}
-	nets, err := docker(ctx, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", node)
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(" "+nets+" ", " "+s.Network+" ") {
-		if _, err := docker(ctx, "network", "connect", s.Network, node); err != nil {
+	for _, node := range nodes {
+		nets, err := docker(ctx, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", node)
+		if err != nil {
 			return err
+		}
+		if !strings.Contains(" "+nets+" ", " "+s.Network+" ") {
+			if _, err := docker(ctx, "network", "connect", s.Network, node); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -109,14 +111,14 @@ func (s Standin) NodeAddr(ctx context.Context, node string) (string, error) {
 }
 
 // Down removes the canaries and their networks (after disconnecting the
-// node, if it still exists). Errors are joined, not stopped at.
-func (ss Standins) Down(ctx context.Context, node string) error {
+// nodes that still exist). Errors are joined, not stopped at.
+func (ss Standins) Down(ctx context.Context, nodes ...string) error {
 	var errs []string
 	for _, s := range []Standin{ss.Metadata, ss.Internet} {
 		if _, err := docker(ctx, "rm", "-f", s.container()); err != nil {
 			errs = append(errs, err.Error())
 		}
-		if node != "" {
+		for _, node := range nodes {
 			_, _ = docker(ctx, "network", "disconnect", "-f", s.Network, node)
 		}
 		if _, err := docker(ctx, "network", "inspect", s.Network); err == nil {

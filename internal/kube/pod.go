@@ -38,6 +38,17 @@ const (
 	// handing out pods in their last RecycleMargin.
 	ActiveDeadlineSeconds = 3600
 
+	// LostNodeTolerationSeconds is how long a sandbox pod stays bound to a
+	// node the control plane lost (its node.kubernetes.io/unreachable
+	// taint, put on about 40 s after the kubelet's last heartbeat): none.
+	// A pod there can neither be reached nor start; evicted (marked for
+	// deletion) at once, it stops counting in its pool, which starts a
+	// replacement on a node that answers, instead of waiting the default
+	// 300 s. The eviction completes when the node returns or is deleted.
+	// NotReady reported by a live kubelet (a runtime restart) keeps the
+	// default: its pods may well survive it.
+	LostNodeTolerationSeconds = 0
+
 	// DefaultPodPidsLimit is the process limit per pod the manifests assume
 	// of the cluster (the kubelet's podPidsLimit; the e2e cluster sets it):
 	// room for a snippet's ordinary use of processes and threads, small
@@ -241,6 +252,7 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
 			TerminationGracePeriodSeconds: &grace,
+			Tolerations:                   lostNodeTolerations(),
 			AutomountServiceAccountToken:  &id.mountToken,
 			EnableServiceLinks:            &no,
 			HostNetwork:                   false,
@@ -414,4 +426,12 @@ func runnerReadiness() *corev1.Probe {
 		SuccessThreshold: 1,
 		FailureThreshold: 1,
 	}
+}
+
+// lostNodeTolerations are a sandbox or tool pod's tolerations: of a lost
+// node, for LostNodeTolerationSeconds.
+func lostNodeTolerations() []corev1.Toleration {
+	secs := int64(LostNodeTolerationSeconds)
+	return []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,
+		Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs}}
 }

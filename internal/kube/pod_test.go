@@ -435,3 +435,30 @@ func TestICMPClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestLostNodeToleration: snippet and tool pods leave a node the control
+// plane lost at once (unreachable, NoExecute, 0 s), so that their pools and
+// calls replace them elsewhere, and take the default for a node whose
+// live kubelet reports NotReady (no toleration of their own for it).
+func TestLostNodeToleration(t *testing.T) {
+	for name, spec := range map[string]corev1.PodSpec{
+		"snippet": testPod(PodOptions{}).Spec,
+		"tool": ToolPod(ToolPodOptions{Namespace: "sandbox", SandboxImage: "sandbox:dev", Image: "agent:1",
+			Owner: Owner{Name: "serve-0", UID: "u"}, Python: "/usr/bin/python3", MaxTimeout: time.Minute,
+			ActiveDeadline: 5 * time.Minute}, "sandbox-tool-abcde", 123456).Spec,
+	} {
+		var unreachable []corev1.Toleration
+		for _, tl := range spec.Tolerations {
+			switch tl.Key {
+			case corev1.TaintNodeUnreachable:
+				unreachable = append(unreachable, tl)
+			case corev1.TaintNodeNotReady:
+				t.Errorf("%s pod: a toleration of its own for not-ready: %+v", name, tl)
+			}
+		}
+		if len(unreachable) != 1 || unreachable[0].Effect != corev1.TaintEffectNoExecute ||
+			unreachable[0].TolerationSeconds == nil || *unreachable[0].TolerationSeconds != LostNodeTolerationSeconds {
+			t.Errorf("%s pod: unreachable tolerations %+v, want one NoExecute for %d s", name, unreachable, LostNodeTolerationSeconds)
+		}
+	}
+}

@@ -185,6 +185,7 @@ func ToolPod(o ToolPodOptions, name string, uid int64) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
 			TerminationGracePeriodSeconds: &grace,
+			Tolerations:                   lostNodeTolerations(),
 			AutomountServiceAccountToken:  &id.mountToken,
 			EnableServiceLinks:            &no,
 			SecurityContext:               id.pod(),

@@ -3,10 +3,12 @@ package pool
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"sort"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,7 +176,8 @@ func (p *Pool) takeLocked(now time.Time, ahead int) *corev1.Pod {
 }
 
 // candidatesLocked lists the pods a request may claim, oldest first: they
-// are the closest to their deadline and have waited longest.
+// are the closest to their deadline and have waited longest. Pods on a
+// suspect node (suspectFor) come after all the others.
 func (p *Pool) candidatesLocked(now time.Time) []*corev1.Pod {
 	pods, _ := p.lister.List(p.selector)
 	var out []*corev1.Pod
@@ -183,7 +186,15 @@ func (p *Pool) candidatesLocked(now time.Time) []*corev1.Pod {
 			out = append(out, pod)
 		}
 	}
+	for node, until := range p.suspect {
+		if now.After(until) {
+			delete(p.suspect, node)
+		}
+	}
 	sort.Slice(out, func(i, j int) bool {
+		if si, sj := p.suspectLocked(out[i], now), p.suspectLocked(out[j], now); si != sj {
+			return sj
+		}
 		ti, tj := out[i].CreationTimestamp, out[j].CreationTimestamp
 		if !ti.Equal(&tj) {
 			return ti.Before(&tj)
@@ -191,6 +202,27 @@ func (p *Pool) candidatesLocked(now time.Time) []*corev1.Pod {
 		return out[i].Name < out[j].Name
 	})
 	return out
+}
+
+// suspectLocked reports whether pod is on a suspect node.
+func (p *Pool) suspectLocked(pod *corev1.Pod, now time.Time) bool {
+	until, ok := p.suspect[pod.Spec.NodeName]
+	return ok && pod.Spec.NodeName != "" && now.Before(until)
+}
+
+// suspectNode has node's pods handed out last for suspectFor, after a
+// runner there could not be reached at all (err).
+func (p *Pool) suspectNode(node string, err error) {
+	if node == "" || !isDialError(err) || errors.Is(err, syscall.ECONNREFUSED) {
+		return
+	}
+	p.mu.Lock()
+	_, already := p.suspect[node]
+	p.suspect[node] = time.Now().Add(suspectFor)
+	p.mu.Unlock()
+	if !already {
+		p.log.Warn("a runner on this node cannot be reached; its pods go last", "node", node, "for", suspectFor, "err", err)
+	}
 }
 
 // retargetLocked re-evaluates the warm target and reports whether it grew

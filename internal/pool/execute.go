@@ -95,6 +95,7 @@ func (p *Pool) Execute(ctx context.Context, job exec.Job) (wire.Result, error) {
 		if errors.As(err, &nd) {
 			p.m.unreachable.Inc()
 			log.Warn("runner unreachable before the job reached it; trying another pod", "err", err)
+			p.suspectNode(pod.Spec.NodeName, err)
 			p.release(pod, "runner unreachable")
 			lastErr = err
 			continue

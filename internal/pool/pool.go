@@ -60,6 +60,14 @@ const (
 	redials     = 4
 	redialPause = 50 * time.Millisecond
 
+	// suspectFor: a node where a runner could not be reached at all (no
+	// route, or no answer to the connect; not a refusal, which only a live
+	// kernel sends) has its pods handed out last for this long. A lost
+	// node's pods stay Ready in the API until the node lifecycle
+	// controller's verdict, about 40 s after its last heartbeat, and a
+	// request handed them one after another would spend its attempts there.
+	suspectFor = time.Minute
+
 	// verdictWait bounds how long a broken run waits for the pod's status
 	// to say why it died (the kubelet reports an OOM kill within a second or
 	// two).
@@ -129,6 +137,8 @@ type Pool struct {
 	targeter      *targeter
 	waiters       []*waiter            // requests waiting for a pod, oldest first: served in that order
 	createdAt     map[string]time.Time // for the create-to-Ready histogram
+	wasReady      map[string]bool      // pods seen Ready: one that is not any more is lost, not starting
+	suspect       map[string]time.Time // node -> until when its pods go last (suspectFor)
 	unschedulable map[string]bool      // pods already reported as unschedulable
 	changed       chan struct{}        // closed and replaced on every pod event
 	closing       bool                 // shutdown began: no new claims
@@ -215,6 +225,8 @@ func New(o Options) (*Pool, error) {
 		gone:          map[string]*corev1.Pod{},
 		targeter:      newTargeter(o.Size, o.Max),
 		createdAt:     map[string]time.Time{},
+		wasReady:      map[string]bool{},
+		suspect:       map[string]time.Time{},
 		unschedulable: map[string]bool{},
 		changed:       make(chan struct{}),
 		empty:         true, // nothing to report until the first pod is Ready
@@ -370,6 +382,7 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		p.exp.observedGone(pod.Name)
 		delete(p.createdAt, pod.Name)
 		delete(p.unschedulable, pod.Name)
+		delete(p.wasReady, pod.Name)
 		if _, ok := p.inUse[pod.Name]; ok {
 			p.gone[pod.Name] = pod
 		} else {
@@ -377,6 +390,9 @@ func (p *Pool) onPod(obj any, deleted bool) {
 		}
 	} else {
 		p.exp.observed(pod.Name)
+		if kube.IsReady(pod) {
+			p.wasReady[pod.Name] = true
+		}
 		if at, ok := p.createdAt[pod.Name]; ok && kube.IsReady(pod) {
 			p.clearSealFaultLocked() // a new pod proved its egress cut
 			p.lastProof = time.Now()

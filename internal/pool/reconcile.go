@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -125,6 +126,18 @@ func (p *Pool) plan(now time.Time) plan {
 		case kube.IsClaimed(pod):
 			// A claim this process does not know of. Never reuse it.
 			pl.remove[pod.Name] = "stale claim"
+		case p.wasReady[pod.Name] && !kube.IsReady(pod):
+			// Ready once and not any more: its node stopped reporting (the
+			// node lifecycle controller marks the pods of a node it lost
+			// NotReady, about 40 s after its last heartbeat) or its runner
+			// stopped answering its probe. Either way no request can use
+			// it; counted as starting, it would hold a replacement back
+			// until the startup deadline, or until the node's pods are
+			// evicted minutes later. The delete (no grace period) needs
+			// nothing of the node.
+			pl.remove[pod.Name] = "not ready any more: " + lostWhy(pod)
+			p.log.Warn("warm sandbox pod lost its readiness; replacing it", "pod", pod.Name, "node", pod.Spec.NodeName,
+				"why", lostWhy(pod))
 		case !kube.IsReady(pod) && now.Sub(pod.CreationTimestamp.Time) > startupTimeout:
 			pl.remove[pod.Name] = "not ready after " + startupTimeout.String() + ": " + kube.WaitingReason(pod)
 		case nearDeadline(pod, now):
@@ -236,4 +249,17 @@ func (p *Pool) release(pod *corev1.Pod, why string) {
 			p.poke() // logged; the reconcile pass deletes spent pods again
 		}
 	}()
+}
+
+// lostWhy says what a pod that was Ready shows now: the node lifecycle
+// controller sets only the Ready condition, with no reason, so the pod's
+// node is named too.
+func lostWhy(pod *corev1.Pod) string {
+	since := ""
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && !c.LastTransitionTime.IsZero() {
+			since = " since " + c.LastTransitionTime.UTC().Format(time.TimeOnly)
+		}
+	}
+	return fmt.Sprintf("%s%s, on node %q", kube.WaitingReason(pod), since, pod.Spec.NodeName)
 }

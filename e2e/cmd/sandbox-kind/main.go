@@ -3,6 +3,9 @@
 //
 //	cd e2e && go run ./cmd/sandbox-kind up     # build what is missing, create or reuse the cluster, deploy
 //	cd e2e && go run ./cmd/sandbox-kind down   # delete the cluster and the stand-ins
+//
+// SANDBOX_E2E_WORKERS=N (make kind-up SANDBOX_E2E_WORKERS=2) makes a control
+// plane and N workers instead of one node.
 package main
 
 import (
@@ -42,6 +45,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	env := kindenv.NewEnv(root, stderr)
 	if args[0] == "down" {
 		return env.Down(ctx)
+	}
+	if env.Workers, err = kindenv.WorkersFromEnv(); err != nil {
+		return err
 	}
 	return up(ctx, env, stdout)
 }
@@ -87,7 +93,7 @@ func up(ctx context.Context, env *kindenv.Env, stdout io.Writer) error {
 func printAccess(w io.Writer, env *kindenv.Env) {
 	k := env.Kubectl.Path
 	fmt.Fprintf(w, `
-Cluster %q is up (node image %s).
+Cluster %q is up (node image %s; nodes %s).
   kubeconfig:   %s   (also merged into your default kubeconfig as context kind-%s)
   kubectl:      %s
   stand-ins:    metadata %s (network %s), internet %s (network %s); body contains %q
@@ -101,7 +107,7 @@ Reach the service, as the default ServiceAccount of %s (granted by the rig's cal
 Delete it with: make kind-down
 
 For tools and tests (sandbox verify, the e2e suite with SANDBOX_E2E_REUSE=1):
-%s`, env.Name, env.NodeImage, env.Kubeconfig, env.Name, k,
+%s`, env.Name, env.NodeImage, strings.Join(env.Nodes, " "), env.Kubeconfig, env.Name, k,
 		env.Standins.Metadata.URL(), env.Standins.Metadata.Network,
 		env.Standins.Internet.URL(), env.Standins.Internet.Network, kindenv.CanaryToken,
 		kindenv.DNSCanaryZone, kindenv.DNSCanaryIP,
