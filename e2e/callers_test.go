@@ -299,10 +299,10 @@ func (tm *teams) run(ctx context.Context, token, code string, timeoutS int) (wir
 	return tm.client(token).Execute(ctx, wire.ExecuteRequest{Code: code, TimeoutS: &timeoutS})
 }
 
-// call sends req as the caller of token. A 504 whose tool pod was not Ready in time (nothing ran: a busy CI node
-// can start the agent image more slowly than serve's deadline) is asked
-// again, twice at most: the point here is who may call, not how fast a pod
-// starts.
+// call sends req as the caller of token. A 504 whose tool pod was not
+// Ready in time (nothing ran: a busy CI node can start the agent image more
+// slowly than serve's deadline) is asked again, twice at most: the point
+// here is who may call, not how fast a pod starts.
 func (tm *teams) call(ctx context.Context, token string, req wire.CallRequest) (wire.CallResult, error) {
 	for try := 1; ; try++ {
 		res, err := tm.client(token).Call(ctx, req)
