@@ -374,8 +374,12 @@ const (
 	// bombTimeoutS is the bomb's timeout_s.
 	bombTimeoutS = 5
 	// bombMargin is how much later than its timeout the answer may come:
-	// the kill, the sweep and the answer, with room for a loaded node.
-	bombMargin = 2 * time.Second
+	// the kill, the sweep and the answer, with room for a loaded node. A
+	// pod's kill takes about 1.5 s of it (duration_ms 6,500 for the 5 s
+	// timeout); 2 s left a busy CI node half a second for the rest, and
+	// it took 1.6 (2026-12-06). A runner that does not kill the tree never
+	// answers at all (the client's deadline, minutes).
+	bombMargin = 5 * time.Second
 )
 
 // judgeForkBombAnswer: a timed-out result (or the snippet's own end) within
