@@ -610,7 +610,7 @@ func TestJudgeForkBombAnswer(t *testing.T) {
 		want Status
 	}{
 		{"timed out in time", treeAnswer("", "timed out after 5s\n", -1, true, 6200), nil, Pass},
-		{"answered late", treeAnswer("", "timed out after 5s\n", -1, true, 9000), nil, Fail},
+		{"answered late", treeAnswer("", "timed out after 5s\n", -1, true, 12000), nil, Fail},
 		{"the runner died", &answer{Status: 502, Err: "sandbox pod x died during the run: the runner exited with code 2", Elapsed: 3 * time.Second}, nil, Fail},
 		{"no answer", nil, errors.New("context deadline exceeded"), Fail},
 		{"ended cleanly", treeAnswer("", "", 0, false, 100), nil, Fail},
