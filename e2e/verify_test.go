@@ -392,28 +392,23 @@ func TestVerifyToolCallsWithoutTreeKill(t *testing.T) {
 		"toolcalls", []string{"toolcalls/timeout-kills-tree"}))
 }
 
-// TestVerifyICMPAndUnfenced: sandbox pods that keep the runtime's ICMP
-// range (kube-router passes echo for every pod) and a serve whose fence
-// wants nothing: the echo checks and toolcalls/node-addresses must FAIL
-// (the node's stand-in "public" address, which serve's --tool-egress-deny
-// names, answers a tool pod again).
-func TestVerifyICMPAndUnfenced(t *testing.T) {
-	flags := []string{"--weaken=allow-icmp", "--weaken=unfenced"}
-	knobs := []knob{{"serve", flags[0]}, {"serve", flags[1]}}
-	testenv.Test(t, weakenedFeature("sandbox verify fails on pods that may ping and tool pods that reach the nodes", knobs, flags, "",
-		"network,toolcalls", []string{"network/icmp", "toolcalls/icmp", "toolcalls/node-addresses"}))
-}
-
 // authChecks are the checks a serve without authentication must fail.
 var authChecks = []string{"auth/anonymous-refused", "auth/wrong-audience-refused", "auth/ungranted-caller-refused",
 	"auth/image-not-granted", "auth/quota-enforced"}
 
-// TestVerifyWithoutAuth: serve --auth none, where anyone who reaches it
-// runs code and calls tools: every auth check must FAIL.
-func TestVerifyWithoutAuth(t *testing.T) {
-	const flag = "--auth=none"
-	testenv.Test(t, weakenedFeature("sandbox verify fails on a serve that names no caller", []knob{{"serve", flag}}, []string{flag}, "",
-		"auth", authChecks))
+// TestVerifyICMPUnfencedNoAuth: sandbox pods that keep the runtime's ICMP
+// range (kube-router passes echo for every pod), a serve whose fence wants
+// nothing, and serve --auth none (anyone who reaches it runs code and calls
+// tools), on one deployment to spare the CI two rollouts: the echo checks,
+// toolcalls/node-addresses (the node's stand-in "public" address, which
+// serve's --tool-egress-deny names, answers a tool pod again) and every
+// auth check must FAIL. The three touch different checks.
+func TestVerifyICMPUnfencedNoAuth(t *testing.T) {
+	flags := []string{"--weaken=allow-icmp", "--weaken=unfenced", "--auth=none"}
+	knobs := []knob{{"serve", flags[0]}, {"serve", flags[1]}, {"serve", flags[2]}}
+	testenv.Test(t, weakenedFeature("sandbox verify fails on pods that may ping, tool pods that reach the nodes, and a serve that names no caller",
+		knobs, flags, "", "network,toolcalls,auth",
+		append([]string{"network/icmp", "toolcalls/icmp", "toolcalls/node-addresses"}, authChecks...)))
 }
 
 // TestVerifyUnprovenReady: runners that report Ready without proving their
