@@ -339,7 +339,7 @@ func TestLoadThroughRollout(t *testing.T) {
 			if err := waitRollout(ctx, le.cs, false); err != nil {
 				t.Fatalf("the rollout did not finish: %v", err)
 			}
-			judgeDisruption(t, out, "load with a rollout restart 10 s in")
+			judgeDisruption(t, out, loadDisruptRequests, "load with a rollout restart 10 s in")
 			le.waitSettled(ctx, t)
 			t.Logf("whole again %s after the load began", time.Since(start).Round(time.Second))
 			return ctx

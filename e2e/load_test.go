@@ -32,12 +32,16 @@ import (
 // The load the service must hold, as a user's agents would send it.
 const (
 	// loadRequests: enough to drain and refill the pools many times over
-	// (300 took ten minutes of the CI hour, 150 six, for no more evidence).
-	loadRequests    = 100
+	// (300 took ten minutes of the CI hour, 150 six, 100 four, for no more
+	// evidence: 60 drain the two replicas' pools of 3 ten times).
+	loadRequests    = 60
 	loadConcurrency = 10
-	// loadDisruptRequests is the run during which a serve pod is deleted,
-	// or serve rolled out: both replicas are replaced within it.
+	// loadDisruptRequests is the run during which serve is rolled out:
+	// both replicas are replaced within it.
 	loadDisruptRequests = 60
+	// loadReplaceRequests is the run during which one serve pod is deleted
+	// (10 s in) and replaced: about 90 s on a busy 2-CPU node.
+	loadReplaceRequests = 30
 	// loadClientTimeout is how long a client waits for one answer: the pool
 	// wait (30 s), the snippet's timeout (10 s) and room for the rest. A
 	// request still unanswered then has hung.
@@ -345,18 +349,19 @@ func TestLoad(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// judgeDisruption judges a load run beside a fault (what): every answer a
-// result or a documented 503, some results, no sandbox used twice.
-func judgeDisruption(t *testing.T, out, what string) {
+// judgeDisruption judges a load run of n requests beside a fault (what):
+// every answer a result or a documented 503, some results, no sandbox used
+// twice.
+func judgeDisruption(t *testing.T, out string, n int, what string) {
 	t.Helper()
-	s, err := judgeLoad(out, loadDisruptRequests)
+	s, err := judgeLoad(out, n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%s: %s", what, s)
 	// Some must run: a 503 for every request is an outage, not a fault survived.
-	if s.results < loadDisruptRequests/4 {
-		t.Errorf("only %d of %d requests got a result", s.results, loadDisruptRequests)
+	if s.results < n/4 {
+		t.Errorf("only %d of %d requests got a result", s.results, n)
 	}
 	for _, b := range s.bad {
 		t.Error(b)
@@ -387,12 +392,12 @@ func TestLoadWhileServeIsReplaced(t *testing.T) {
 				}
 				delErr = le.cs.CoreV1().Pods(kindenv.Namespace).Delete(ctx, victim.Name, metav1.DeleteOptions{})
 			})
-			out := le.run(ctx, t, cfg, loadDisruptRequests)
+			out := le.run(ctx, t, cfg, loadReplaceRequests)
 			wg.Wait()
 			if delErr != nil {
 				t.Fatalf("delete serve %s: %v", victim.Name, delErr)
 			}
-			judgeDisruption(t, out, fmt.Sprintf("load with serve %s deleted 10 s in", victim.Name))
+			judgeDisruption(t, out, loadReplaceRequests, fmt.Sprintf("load with serve %s deleted 10 s in", victim.Name))
 			le.waitSettled(ctx, t)
 			for _, p := range le.servePods(ctx, t) {
 				if p.UID == victim.UID {
