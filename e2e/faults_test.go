@@ -143,20 +143,30 @@ func (ts ticks) judge(t *testing.T) {
 	t.Helper()
 	seen := map[string]int{}
 	for _, k := range ts {
-		switch {
-		case k.Status == 0:
+		if k.Status == 0 {
 			t.Errorf("%s %d (sent %s): no answer after %d ms: %s", k.Kind, k.I, k.sentAt().Format("15:04:05"), k.MS, k.Error)
-		case k.Status == 200 && !k.OK:
-			t.Errorf("%s %d: 200 with a wrong result (id %s)", k.Kind, k.I, k.ID)
-		case k.Status != 200 && (k.Error == "" || strings.HasPrefix(k.Error, "not a JSON error")):
-			t.Errorf("%s %d: status %d without a JSON error: %s", k.Kind, k.I, k.Status, k.Error)
+			continue
 		}
-		if k.OK && k.ID != "" {
-			if j, dup := seen[k.ID]; dup {
-				t.Errorf("sandbox %s used twice: requests %d and %d", k.ID, j, k.I)
-			}
-			seen[k.ID] = k.I
+		k.judgeAnswer(t, seen)
+	}
+}
+
+// judgeAnswer fails t for an HTTP answer no fault may cause: a wrong
+// result, an error without a JSON body, a sandbox seen before (seen maps
+// each sandbox to its request, and gains k's).
+func (k tick) judgeAnswer(t *testing.T, seen map[string]int) {
+	t.Helper()
+	switch {
+	case k.Status == 200 && !k.OK:
+		t.Errorf("%s %d: 200 with a wrong result (id %s)", k.Kind, k.I, k.ID)
+	case k.Status != 200 && (k.Error == "" || strings.HasPrefix(k.Error, "not a JSON error")):
+		t.Errorf("%s %d: status %d without a JSON error: %s", k.Kind, k.I, k.Status, k.Error)
+	}
+	if k.OK && k.ID != "" {
+		if j, dup := seen[k.ID]; dup {
+			t.Errorf("sandbox %s used twice: requests %d and %d", k.ID, j, k.I)
 		}
+		seen[k.ID] = k.I
 	}
 }
 

@@ -321,16 +321,8 @@ func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) {
 		case k.Status == 0:
 			t.Errorf("%s %d (sent %s, after the lost replica left the Service): no HTTP answer after %d ms: %s",
 				k.Kind, k.I, k.sentAt().Format("15:04:05"), k.MS, k.Error)
-		case k.Status == 200 && !k.OK:
-			t.Errorf("%s %d: 200 with a wrong result (id %s)", k.Kind, k.I, k.ID)
-		case k.Status != 200 && (k.Error == "" || strings.HasPrefix(k.Error, "not a JSON error")):
-			t.Errorf("%s %d: status %d without a JSON error: %s", k.Kind, k.I, k.Status, k.Error)
-		}
-		if k.OK && k.ID != "" {
-			if j, dup := seen[k.ID]; dup {
-				t.Errorf("sandbox %s used twice: requests %d and %d", k.ID, j, k.I)
-			}
-			seen[k.ID] = k.I
+		default:
+			k.judgeAnswer(t, seen)
 		}
 	}
 	t.Logf("requests to the lost replica without an HTTP answer: %d failed at once, %d at the client's %d s deadline",
