@@ -41,15 +41,17 @@ e2e-tools-test:
 	cd e2e/tools && $(GO) vet ./cmd/... && $(GO) test -count=1 ./cmd/...
 	cd e2e && $(GO) test -count=1 ./...
 
-# The suite's output is long (-v): its failures are repeated at the end, where
-# a reader of a CI log that kept only the tail still finds them.
+# The suite's output is long (-v): each failed test's last lines are repeated
+# at the end, where a reader of a CI log that kept only the tail still finds
+# them (test2json reads which test each line of the -v log belongs to).
 e2e: e2e-tools-test
 	@mkdir -p bin; start=$$(date +%s); \
 	{ cd e2e && $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) $(if $(E2E_RUN),-run '$(E2E_RUN)') ./ 2>&1; \
 	  echo $$? > $(CURDIR)/bin/e2e.rc; } | tee bin/e2e.log; \
 	rc=$$(cat bin/e2e.rc); echo "e2e: $$(( $$(date +%s) - start ))s in all (exit $$rc)"; \
 	if [ "$$rc" != 0 ]; then echo "e2e: what failed:"; \
-	  grep -E -- '--- FAIL|^FAIL|^panic:|_test\.go:[0-9]+: .*(want|expected|fail|error|got)' bin/e2e.log | head -60; fi; \
+	  (cd e2e && $(GO) tool test2json -t < $(CURDIR)/bin/e2e.log | $(GO) run ./cmd/sandbox-failures); \
+	  grep -E -- '^panic:' -A12 bin/e2e.log | head -30; fi; \
 	exit $$rc
 
 # e2e-multinode: a fresh cluster of a control plane and two workers, the
