@@ -98,13 +98,7 @@ func TestMain(m *testing.M) {
 			return context.WithValue(ctx, envKey, suite), nil
 		},
 		func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-			return ctx, suite.LoadImage(ctx)
-		},
-		func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-			if err := suite.AgentImageUp(ctx); err != nil {
-				return ctx, err
-			}
-			return ctx, suite.EgressImageUp(ctx)
+			return ctx, suite.LoadImages(ctx)
 		},
 		func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
 			if err := suite.StandinsUp(ctx); err != nil {

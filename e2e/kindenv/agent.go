@@ -36,16 +36,6 @@ func (s Scripts) AgentImage(ctx context.Context) error {
 	return err
 }
 
-// AgentImageUp builds the sample agent image and loads it into the nodes.
-func (e *Env) AgentImageUp(ctx context.Context) error {
-	return e.Phase("agent image "+AgentImage, func() error {
-		if err := e.scripts().AgentImage(ctx); err != nil {
-			return err
-		}
-		return e.Cluster.LoadImage(ctx, AgentImage)
-	})
-}
-
 // PrivateStandins are canaries in the private ranges where a kind cluster
 // has no address of its own (its pods and Services are in 10/8, its nodes in
 // 172.16/12), so that verify can show tool pods blocked from each range.

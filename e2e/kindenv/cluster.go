@@ -173,24 +173,44 @@ func (c *Cluster) ControlPlane() (string, error) {
 	return cp.String(), nil
 }
 
-// LoadImage copies a Docker image into every node's containerd, as
-// `kind load docker-image` does.
-func (c *Cluster) LoadImage(ctx context.Context, image string) error {
+// LoadImages copies Docker images into every node's containerd, as `kind
+// load docker-image` does, in one archive: the images share their base
+// layers, which a save of each would write (and a node import) once per
+// image. A node that already holds every image at its Docker ID is left
+// alone, as kind does, so that a reused cluster reloads only what changed.
+func (c *Cluster) LoadImages(ctx context.Context, images ...string) error {
 	nodes, err := c.provider.ListInternalNodes(c.Name)
 	if err != nil {
 		return fmt.Errorf("list nodes of %q: %w", c.Name, err)
 	}
+	ids := make(map[string]string, len(images))
+	for _, image := range images {
+		id, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", image)
+		if err != nil {
+			return fmt.Errorf("docker image inspect %s: %w", image, err)
+		}
+		ids[image] = strings.TrimSpace(id)
+	}
 	for _, n := range nodes {
+		var missing []string
+		for _, image := range images {
+			if id, err := nodeutils.ImageID(n, image); err != nil || id != ids[image] {
+				missing = append(missing, image)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		save := dockerSave(ctx, image)
+		save := dockerSave(ctx, missing...)
 		err := nodeutils.LoadImageArchive(n, save)
 		cerr := save.Close()
 		cancel()
 		if err != nil {
-			return fmt.Errorf("load %s into %s: %w", image, n, err)
+			return fmt.Errorf("load %s into %s: %w", strings.Join(missing, ", "), n, err)
 		}
 		if cerr != nil {
-			return fmt.Errorf("docker save %s: %w", image, cerr)
+			return fmt.Errorf("docker save %s: %w", strings.Join(missing, ", "), cerr)
 		}
 	}
 	return nil

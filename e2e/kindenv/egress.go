@@ -169,13 +169,3 @@ func egressDown(ctx context.Context) error {
 	}
 	return nil
 }
-
-// EgressImageUp tags the agent image as EgressImage and loads it.
-func (e *Env) EgressImageUp(ctx context.Context) error {
-	return e.Phase("egress image "+EgressImage, func() error {
-		if _, err := docker(ctx, "tag", AgentImage, EgressImage); err != nil {
-			return err
-		}
-		return e.Cluster.LoadImage(ctx, EgressImage)
-	})
-}

@@ -180,9 +180,19 @@ func (e *Env) useCluster() error {
 	return nil
 }
 
-// LoadImage loads the sandbox image into the nodes.
-func (e *Env) LoadImage(ctx context.Context) error {
-	return e.Phase("load "+e.Image, func() error { return e.Cluster.LoadImage(ctx, e.Image) })
+// LoadImages builds the sample agent image, tags it as EgressImage too, and
+// loads it and the sandbox image into the nodes in one archive (they share
+// the Debian base).
+func (e *Env) LoadImages(ctx context.Context) error {
+	return e.Phase("load "+e.Image+", "+AgentImage+", "+EgressImage, func() error {
+		if err := e.scripts().AgentImage(ctx); err != nil {
+			return err
+		}
+		if _, err := docker(ctx, "tag", AgentImage, EgressImage); err != nil {
+			return err
+		}
+		return e.Cluster.LoadImages(ctx, e.Image, AgentImage, EgressImage)
+	})
 }
 
 // StandinsUp starts the metadata and internet stand-ins and attaches every

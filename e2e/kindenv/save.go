@@ -16,8 +16,8 @@ type saveStream struct {
 	stderr *bytes.Buffer
 }
 
-func dockerSave(ctx context.Context, image string) *saveStream {
-	c := exec.CommandContext(ctx, "docker", "save", image)
+func dockerSave(ctx context.Context, images ...string) *saveStream {
+	c := exec.CommandContext(ctx, "docker", append([]string{"save"}, images...)...)
 	var stderr bytes.Buffer
 	c.Stderr = &stderr
 	out, err := c.StdoutPipe()
