@@ -187,9 +187,15 @@ func snippetJSON(a *answer, err error, marker string) (gjson.Result, error) {
 	return gjson.Parse(line), nil
 }
 
-// execute runs code through the public API with timeout seconds.
+// execute runs code through the public API with timeout seconds, waiting
+// for the answer up to 30 s past it.
 func (e *env) execute(ctx context.Context, code string, timeout int) (*answer, error) {
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(timeout+30)*time.Second)
+	return e.executeWithin(ctx, code, timeout, time.Duration(timeout+30)*time.Second)
+}
+
+// executeWithin is execute waiting for the answer up to wait.
+func (e *env) executeWithin(ctx context.Context, code string, timeout int, wait time.Duration) (*answer, error) {
+	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	return e.sb.Execute(rctx, wire.ExecuteRequest{Code: code, TimeoutS: timeoutS(timeout)})
 }

@@ -311,7 +311,7 @@ print(json.dumps({"probe": "fork", "forked": len(pids), "cap": %d, "error": err,
 	// must end as a timeout in about bombTimeoutS, answered by a runner that
 	// kept its share of the pod, never as a 5xx from a runner it starved.
 	waited := e.waitWarm(ctx)
-	a, err = e.execute(ctx, forkBombCode, bombTimeoutS)
+	a, err = e.executeWithin(ctx, forkBombCode, bombTimeoutS, bombWait)
 	out = append(out, judgeForkBombAnswer(a, err, waited))
 	a, err = e.execute(ctx, processLimitsCode, 20)
 	limits, lerr := e.kubeletPidsLimits(ctx)
@@ -378,8 +378,12 @@ const (
 	// pod's kill takes about 1.5 s of it (duration_ms 6,500 for the 5 s
 	// timeout); 2 s left a busy CI node half a second for the rest, and
 	// it took 1.6 (2026-12-06). A runner that does not kill the tree never
-	// answers at all (the client's deadline, minutes).
+	// answers at all.
 	bombMargin = 5 * time.Second
+	// bombWait is how long verify waits for the bomb's answer: past the
+	// limit, so that a late answer is reported with its time, and no
+	// longer, since a runner that does not kill the tree never answers.
+	bombWait = bombTimeoutS*time.Second + 2*bombMargin
 )
 
 // judgeForkBombAnswer: a timed-out result (or the snippet's own end) within
@@ -387,7 +391,7 @@ const (
 func judgeForkBombAnswer(a *answer, err error, waited string) Result {
 	const name = "runner/fork-bomb-answered"
 	if err != nil {
-		return result(name, "21", Fail, "%v", err)
+		return result(name, "21", Fail, "no answer within %s (limit %s): %v", bombWait, bombTimeoutS*time.Second+bombMargin, err)
 	}
 	limit := bombTimeoutS*time.Second + bombMargin
 	ev := fmt.Sprintf("%s; answered in %s (limit %s); %s", a.describe(), a.Elapsed.Round(time.Millisecond), limit, waited)
