@@ -82,6 +82,7 @@ func TestWarmRunLooksFresh(t *testing.T) {
 				codes[i] = string(code)
 			}
 			warms := executeAll(ctx, service(ctx), codes, warmConcurrency)
+			var asExpected []string
 			for i, file := range files {
 				name := snippetOf(file)
 				w := <-warms[i]
@@ -92,6 +93,11 @@ func TestWarmRunLooksFresh(t *testing.T) {
 				warm := normalizeSeen(kube.Workdir, res.Stdout, res.Stderr, res.ExitCode)
 				bare := bareInPod(ctx, t, cfg, pod, codes[i])
 				if name == "modules" {
+					// Twice, for the reason below.
+					if again := bareInPod(ctx, t, cfg, pod, codes[i]); again != bare {
+						t.Logf("modules: two bare runs differ (the reference, not the warm pod):\nfirst:  %+v\nsecond: %+v", bare, again)
+						bare = again
+					}
 					checkPreloaded(t, warm, bare, preloadedModules(ctx, t, cfg, pod))
 					continue
 				}
@@ -99,15 +105,28 @@ func TestWarmRunLooksFresh(t *testing.T) {
 					t.Logf("%s: may differ by the preload:\nwarm: %+v\nbare: %+v", name, warm, bare)
 					continue
 				}
+				if warm != bare && !warmDiffers[name] {
+					// bare python3 is the reference, reached through the
+					// API server's exec, whose transport on a loaded node
+					// is not what this test is about: a second bare run
+					// tells a reference that changed from a warm pod that
+					// differs.
+					again := bareInPod(ctx, t, cfg, pod, codes[i])
+					if again != bare {
+						t.Logf("%s: two bare runs differ (the reference, not the warm pod):\nfirst:  %+v\nsecond: %+v", name, bare, again)
+						bare = again
+					}
+				}
 				switch {
 				case warm != bare && !warmDiffers[name]:
 					t.Errorf("%s: warm pod and bare python3 differ:\nwarm: %+v\nbare: %+v", name, warm, bare)
 				case warm == bare && warmDiffers[name]:
 					t.Errorf("%s: listed as differing, but warm pod and bare python3 agree: %+v", name, warm)
 				default:
-					t.Logf("%s: as expected (%s)", name, res.SandboxID)
+					asExpected = append(asExpected, name)
 				}
 			}
+			t.Logf("as expected: %s", strings.Join(asExpected, ", "))
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
