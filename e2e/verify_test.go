@@ -329,6 +329,19 @@ type restoreKey struct{}
 // weakenedFeature runs verify against serve started with extra (hidden,
 // test-only) flags and asserts that the named checks FAIL.
 func weakenedFeature(name string, knobs []knob, extraArgs []string, psa string, only string, fails []string) features.Feature {
+	return weakenedRuns(name, knobs, extraArgs, psa, verifyRun{only, fails})
+}
+
+// verifyRun is one run of verify on a weakened deployment: its --only
+// groups, and the checks that must FAIL in them.
+type verifyRun struct {
+	only  string
+	fails []string
+}
+
+// weakenedRuns is weakenedFeature with verify run once per run, in order,
+// on the one weakened deployment.
+func weakenedRuns(name string, knobs []knob, extraArgs []string, psa string, runs ...verifyRun) features.Feature {
 	return features.New(name).
 		WithLabel("needs", "service").
 		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
@@ -343,8 +356,10 @@ func weakenedFeature(name string, knobs []knob, extraArgs []string, psa string, 
 			return context.WithValue(ctx, restoreKey{}, weaken(ctx, t, serveChange{args: extraArgs, psa: psa}))
 		}).
 		Assess("the matching checks fail", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			rep := runVerify(ctx, t, "--only", only)
-			expect(t, rep, verify.Fail, fails...)
+			for _, r := range runs {
+				rep := runVerify(ctx, t, "--only", r.only)
+				expect(t, rep, verify.Fail, r.fails...)
+			}
 			return ctx
 		}).
 		Teardown(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
@@ -370,26 +385,19 @@ func TestVerifyRootPodWithToken(t *testing.T) {
 			"toolcalls/non-root", "toolcalls/no-credentials"}))
 }
 
-// TestVerifyRunnerWithoutTreeKill: a runner that kills only the snippet's
-// leader process on timeout. The fork bomb's children then hold its output
-// open and its answer comes late. Tool calls are judged on a deployment of
-// their own (TestVerifyToolCallsWithoutTreeKill): the bomb left running
-// swamps the 2-CPU node, and the clean-clone run of 2026-12-06 lost the
-// port-forward to it (EOF) before the tool-call checks.
+// TestVerifyRunnerWithoutTreeKill: a runner that kills only the leader
+// process on timeout, in snippet pods and tool pods. A tool's children
+// outlive its timeout; a snippet's fork bomb's children hold its output
+// open and its answer comes late. The tool calls are judged first, in a
+// run of their own: the bomb left running swamps the 2-CPU node, and the
+// clean-clone run of 2026-12-06 lost the port-forward to serve (EOF) when
+// they came after it.
 func TestVerifyRunnerWithoutTreeKill(t *testing.T) {
 	const flag = "--weaken=kill-leader-only"
 	knobs := []knob{{"serve", flag}, {"run", flag}}
-	testenv.Test(t, weakenedFeature("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
-		"runner", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered"}))
-}
-
-// TestVerifyToolCallsWithoutTreeKill: the same weakened runner in tool
-// pods: a tool's children outlive its timeout.
-func TestVerifyToolCallsWithoutTreeKill(t *testing.T) {
-	const flag = "--weaken=kill-leader-only"
-	knobs := []knob{{"serve", flag}, {"run", flag}}
-	testenv.Test(t, weakenedFeature("sandbox verify fails on tool calls without the tree kill", knobs, []string{flag}, "",
-		"toolcalls", []string{"toolcalls/timeout-kills-tree"}))
+	testenv.Test(t, weakenedRuns("sandbox verify fails on a runner without the tree kill", knobs, []string{flag}, "",
+		verifyRun{"toolcalls", []string{"toolcalls/timeout-kills-tree"}},
+		verifyRun{"runner", []string{"runner/timeout-kills-tree", "runner/fork-bomb-answered"}}))
 }
 
 // authChecks are the checks a serve without authentication must fail.
