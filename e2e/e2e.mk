@@ -48,7 +48,9 @@ e2e: e2e-tools-test
 	@mkdir -p bin; start=$$(date +%s); \
 	{ cd e2e && $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) $(if $(E2E_RUN),-run '$(E2E_RUN)') ./ 2>&1; \
 	  echo $$? > $(CURDIR)/bin/e2e.rc; } | tee bin/e2e.log; \
-	rc=$$(cat bin/e2e.rc); echo "e2e: $$(( $$(date +%s) - start ))s in all (exit $$rc)"; \
+	rc=$$(cat bin/e2e.rc); echo "e2e: $$(( $$(date +%s) - start ))s in all (exit $$rc); the setup's phases and the slowest tests:"; \
+	grep -E '^=== (phase .* done in|setup took)' bin/e2e.log | grep -vE 'done in ([0-9](\.[0-9]+)?|[0-9.]+m)s$$' ; \
+	grep -E '^--- (PASS|FAIL|SKIP): Test' bin/e2e.log | sort -t'(' -k2 -rn | head -12; \
 	if [ "$$rc" != 0 ]; then echo "e2e: what failed:"; \
 	  (cd e2e && $(GO) tool test2json -t < $(CURDIR)/bin/e2e.log | $(GO) run ./cmd/sandbox-failures); \
 	  grep -E -- '^panic:' -A12 bin/e2e.log | head -30; fi; \
