@@ -65,8 +65,15 @@ def one(i):
     try:
         with urllib.request.urlopen(req, timeout=limit) as r:
             b = json.loads(r.read())
+            if not isinstance(b, dict):
+                b = {"body": b}
             right = b.get("result") == {"sum": i + 1} if call else b.get("exit_code") == 0 and b.get("stdout") == "%d\n" % i
             out.update(status=r.status, id=b.get("sandbox_id") or "", ok=right)
+            if not right:
+                # What the wrong answer held, so that the log names it.
+                keys = ("body", "result", "error", "exit_code", "timed_out", "oom_killed")
+                gist = {k: b[k] for k in keys if k in b}
+                out["error"] = "not the answer: %s; stderr %r" % (json.dumps(gist)[:300], str(b.get("stderr") or "")[-200:])
     except urllib.error.HTTPError as e:
         raw = e.read()
         out.update(status=e.code, ok=False)
@@ -158,7 +165,7 @@ func (k tick) judgeAnswer(t *testing.T, seen map[string]int) {
 	t.Helper()
 	switch {
 	case k.Status == 200 && !k.OK:
-		t.Errorf("%s %d: 200 with a wrong result (id %s)", k.Kind, k.I, k.ID)
+		t.Errorf("%s %d: 200 with a wrong result (id %s): %s", k.Kind, k.I, k.ID, k.Error)
 	case k.Status != 200 && (k.Error == "" || strings.HasPrefix(k.Error, "not a JSON error")):
 		t.Errorf("%s %d: status %d without a JSON error: %s", k.Kind, k.I, k.Status, k.Error)
 	}

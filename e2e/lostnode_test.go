@@ -33,9 +33,24 @@ const (
 	// runs on the survivor alone.
 	lostLoad  = 150 * time.Second
 	lostAfter = 20 * time.Second
-	// lostRate: two requests a second, each taking a second or so on kind,
-	// keep about three in flight.
-	lostRate = 2
+	// lostRate: a request every two seconds. The survivor alone must carry
+	// it, and on the 2-CPU host that runs all three nodes its pool refills
+	// about one pod every two to three seconds with the lost node's pods
+	// being replaced at the same time: at 2 a second (the first run,
+	// 2026-12-06) 124 requests after the loss got the documented 503, which
+	// measured the host rather than the failover.
+	lostRate = 0.5
+	// lostConnectStray bounds the requests sent after the lost replica left
+	// the Service that still could not connect to it (no route to its
+	// node). The client opens a new connection per request (urllib), so
+	// none is a reused connection: the node's Service path sent it there,
+	// kube-proxy's rules on the client's node not yet synced (late on a
+	// starved host) or a conntrack entry of an earlier failed connect to
+	// the lost replica, from the same source port, still translating to it
+	// (kube-proxy clears stale entries for UDP only). Nothing reached serve
+	// and nothing ran; more than this many is a Service that kept the lost
+	// replica.
+	lostConnectStray = 2
 	// lostClientS is the client's deadline: the pool wait (30 s), the
 	// snippet and a run cut by the node's loss (keepalive probes, 11 s,
 	// then the pod's status, 10 s). An answer or an error must come
@@ -57,8 +72,8 @@ const (
 
 // TestLostNode: on a cluster of two workers or more, serve's replicas are
 // spread over two of them; one worker is killed (docker kill: the power
-// pulled) while a client on the other sends about three requests at a
-// time through the Service. Every request gets its answer or its error
+// pulled) while a client on the other sends a request every two seconds
+// through the Service. Every request gets its answer or its error
 // within the client's deadline, no sandbox is used twice, the survivor's
 // pool refills with pods on reachable nodes, and once the node is back
 // (docker start) the service is whole again with nothing left behind. Then
@@ -120,6 +135,7 @@ type lostNode struct {
 	le               loadEnv
 	victim, survivor string
 	down             bool      // the victim's container is not running
+	nodeDeleted      bool      // its Node was deleted since it last registered
 	lostAt           time.Time // when it was first killed
 	measured         []string  // what each step measured, for the summary
 }
@@ -208,17 +224,51 @@ func (ln *lostNode) kill(ctx context.Context, t *testing.T) time.Time {
 // waitNode waits until the victim's Node satisfies cond and returns when.
 func (ln *lostNode) waitNode(ctx context.Context, t *testing.T, what string, within time.Duration, cond func(*corev1.Node) bool) time.Time {
 	t.Helper()
+	last := "no Node object"
 	err := wait.PollUntilContextTimeout(ctx, time.Second, within, true, func(ctx context.Context) (bool, error) {
 		n, err := ln.cs.CoreV1().Nodes().Get(ctx, ln.victim, metav1.GetOptions{})
 		if err != nil {
+			last = err.Error()
 			return false, nil //nolint:nilerr // a node re-registering is not there for a moment
 		}
+		last = fmt.Sprintf("registered %s, Ready %v, pod range %q", n.CreationTimestamp.UTC().Format("15:04:05"), nodeIsReady(n), n.Spec.PodCIDR)
 		return cond(n), nil
 	})
 	if err != nil {
-		t.Fatalf("node %s not %s within %s: %v", ln.victim, what, within, err)
+		t.Fatalf("node %s not %s within %s (last seen: %s): %v", ln.victim, what, within, last, err)
 	}
 	return time.Now()
+}
+
+// nodeUsable: Ready, and with the pod range PodNetwork configures it for.
+func nodeUsable(n *corev1.Node) bool { return nodeIsReady(n) && n.Spec.PodCIDR != "" }
+
+// restartKubelet restarts the victim's kubelet, so that it registers its
+// Node again. After its Node was deleted, the rejoined node got no pod
+// range within 2 minutes in the first run on kind (2026-12-06): its kubelet,
+// started at boot, did not register a new Node that the node IPAM
+// controller would give one. A kubelet registers at its start; one started
+// again is what an operator does for a machine whose Node was deleted.
+// systemd in the node container may not take the command for a moment
+// after docker start: tried again for a minute.
+func (ln *lostNode) restartKubelet(ctx context.Context, t *testing.T) {
+	t.Helper()
+	var out []byte
+	var err error
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err = exec.CommandContext(cctx, "docker", "exec", ln.victim, "systemctl", "restart", "kubelet").CombinedOutput()
+		cancel()
+		if err == nil {
+			t.Logf("kubelet restarted on %s", ln.victim)
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("restart the kubelet on %s: %v: %s", ln.victim, err, out)
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // lostUnderLoad kills the victim while the client on the survivor sends,
@@ -253,7 +303,9 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 	t.Logf("errors before the loss: %s", ts.errorsBetween(time.Time{}, killed))
 	t.Logf("errors until the node was NotReady: %s", ts.errorsBetween(killed, notReady))
 	t.Logf("errors after: %s", ts.errorsBetween(notReady, time.Now()))
-	judgeLost(t, ts, lostClientS, notReady.Add(endpointLag))
+	if stray := judgeLost(t, ts, lostClientS, notReady.Add(endpointLag)); stray > 0 {
+		ln.note(t, "%d requests sent after the lost replica left the Service still could not connect to it", stray)
+	}
 	if again, ok := answeringAgain(ts, killed); ok {
 		ln.note(t, "every request answered with a result again %s after the loss", again.Round(time.Second))
 	} else {
@@ -307,7 +359,7 @@ func (ln *lostNode) lostUnderLoad(ctx context.Context, t *testing.T, cfg *envcon
 // serving when its machine died, can get no answer from anyone: it fails
 // at once when the network says there is no route, else at the client's
 // own deadline. Those are counted, not failed.
-func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) {
+func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) (stray int) {
 	t.Helper()
 	seen := map[string]int{}
 	fast, atDeadline := 0, 0
@@ -318,6 +370,9 @@ func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) {
 			atDeadline++
 		case k.Status == 0 && k.sentAt().Before(gone):
 			fast++
+		case k.Status == 0 && notConnected(k.Error):
+			stray++
+			t.Logf("%s %d (sent %s, after the lost replica left the Service) could not connect: %s", k.Kind, k.I, k.sentAt().Format("15:04:05"), k.Error)
 		case k.Status == 0:
 			t.Errorf("%s %d (sent %s, after the lost replica left the Service): no HTTP answer after %d ms: %s",
 				k.Kind, k.I, k.sentAt().Format("15:04:05"), k.MS, k.Error)
@@ -327,6 +382,26 @@ func judgeLost(t *testing.T, ts ticks, clientS int, gone time.Time) {
 	}
 	t.Logf("requests to the lost replica without an HTTP answer: %d failed at once, %d at the client's %d s deadline",
 		fast, atDeadline, clientS)
+	if stray > lostConnectStray {
+		t.Errorf("%d requests sent after the lost replica left the Service could not connect to it (at most %d stray ones expected)", stray, lostConnectStray)
+	}
+	return stray
+}
+
+// notConnected reports a tick's error that came before its request was
+// sent: urllib wraps a failed connect in URLError with the errno (113 no
+// route to host, 111 refused, 101 network unreachable); a failure after the
+// connection opened is another exception (RemoteDisconnected, a timeout).
+func notConnected(err string) bool {
+	if !strings.HasPrefix(err, "URLError") {
+		return false
+	}
+	for _, e := range []string{"[Errno 113]", "[Errno 111]", "[Errno 101]"} {
+		if strings.Contains(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // answeringAgain is how long after from the last request sent after it
@@ -350,15 +425,21 @@ func answeringAgain(ts ticks, from time.Time) (time.Duration, bool) {
 	return last.Sub(from), true
 }
 
-// start brings the victim's container back, waits for its Node to be
-// Ready, and sets the pod network again: its routes and masquerade rule
-// went with its network namespace, and its address may have changed.
+// start brings the victim's container back (its kubelet restarted when its
+// Node was deleted), waits for its Node to be Ready with a pod range, and
+// sets the pod network again: its routes and masquerade rule went with its
+// network namespace, and its address, or a new Node's range, may have
+// changed.
 func (ln *lostNode) start(ctx context.Context, t *testing.T) time.Time {
 	t.Helper()
 	ln.docker(ctx, t, "start", ln.victim)
 	ln.down = false
 	started := time.Now()
-	ready := ln.waitNode(ctx, t, "Ready", 3*time.Minute, nodeIsReady)
+	if ln.nodeDeleted {
+		ln.restartKubelet(ctx, t)
+		ln.nodeDeleted = false
+	}
+	ready := ln.waitNode(ctx, t, "Ready with a pod range", 3*time.Minute, nodeUsable)
 	if err := Suite(ctx).Cluster.PodNetwork(ctx); err != nil {
 		t.Fatalf("pod network after %s came back: %v", ln.victim, err)
 	}
@@ -405,6 +486,7 @@ func (ln *lostNode) deleted(ctx context.Context, t *testing.T) {
 	if err := ln.cs.CoreV1().Nodes().Delete(ctx, ln.victim, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete node %s: %v", ln.victim, err)
 	}
+	ln.nodeDeleted = true
 	t.Logf("node %s deleted", ln.victim)
 	var left []string
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, goneWithin, true, func(ctx context.Context) (bool, error) {
@@ -508,6 +590,11 @@ func (ln *lostNode) restore(ctx context.Context, t *testing.T) {
 		return
 	}
 	ln.down = false
+	if ln.nodeDeleted {
+		if out, err := exec.CommandContext(ctx, "docker", "exec", ln.victim, "systemctl", "restart", "kubelet").CombinedOutput(); err != nil {
+			t.Logf("restart the kubelet on %s: %v: %s", ln.victim, err, out)
+		}
+	}
 	if err := Suite(ctx).Cluster.PodNetwork(ctx); err != nil {
 		t.Errorf("pod network after %s came back: %v", ln.victim, err)
 	}

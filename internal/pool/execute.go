@@ -212,6 +212,16 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 		case ctx.Err() != nil:
 			return wire.Result{}, ctx.Err()
 		case errors.Is(context.Cause(rctx), errOverdue):
+			if err := p.reachable(ctx, addr); err != nil {
+				// Not a runner kept from the CPU: its pod cannot be reached
+				// at all (its node lost or cut off), so a timed-out result
+				// would be an answer nobody gave, blaming the snippet.
+				p.m.podDeaths.Inc()
+				p.log.Warn("the runner did not answer after the job's timeout and cannot be reached", "pod", pod.Name, "err", err)
+				return wire.Result{}, &api.Error{Status: http.StatusBadGateway,
+					Msg: fmt.Sprintf("sandbox pod %s: no answer %s after the job's timeout, and its runner cannot be reached (its node lost or cut off?): %v; the run's output is lost",
+						pod.Name, answerGrace, err)}
+			}
 			return p.overdue(pod.Name, start, timeout), nil
 		}
 		return p.verdict(ctx, pod.Name, start, lost.Err)
@@ -233,6 +243,23 @@ func (p *Pool) runOn(ctx context.Context, pod *corev1.Pod, job exec.Job, body []
 	}
 	res.SandboxID = pod.Name
 	return res, nil
+}
+
+// reachProbe bounds the probe of an overdue runner's address: a pod whose
+// runner is only late still has a kernel that completes a handshake at
+// once, however busy its code keeps the CPU.
+const reachProbe = time.Second
+
+// reachable opens (and closes) a connection to the runner at addr: nil when
+// its pod's network answers.
+func (p *Pool) reachable(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, reachProbe)
+	defer cancel()
+	c, err := p.dial(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // overdue is the answer the pool gives when the runner of pod name has not

@@ -111,6 +111,7 @@ type Pool struct {
 	m       *metrics
 	claimer string // value of the owner label and claimed-by annotation
 	http    *http.Client
+	dial    DialFunc // opts.Dialer, or dialPod: also the overdue run's reachability probe
 	clock   clock.WithTicker
 
 	informer cache.SharedIndexInformer
@@ -233,8 +234,11 @@ func New(o Options) (*Pool, error) {
 		sealGrace:     sealGrace,
 		sealEvery:     sealCheckEvery,
 	}
+	if p.dial = o.Dialer; p.dial == nil {
+		p.dial = dialPod
+	}
 	if p.http == nil {
-		p.http = newPodClient(o.Dialer)
+		p.http = newPodClient(p.dial)
 	}
 
 	// Watch only this pool's pods -- this owner's, made by this process --

@@ -120,10 +120,47 @@ func read(hc *http.Client, req *http.Request, pod string, limit int64, out any, 
 	if int64(len(b)) > limit {
 		return resp.Header, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's answer is over %d bytes", pod, limit)}
 	}
-	if err := json.Unmarshal(b, out); err != nil {
+	if err := decodeAnswer(b, out); err != nil {
+		if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && !json.Valid(b) {
+			// An answer delimited by the connection's close has no length
+			// to check it against: a connection broken mid-answer (a pod
+			// lost with its node) reads as a short body, and is a broken
+			// exchange, not a runner that answered nonsense.
+			return resp.Header, &Lost{Err: fmt.Errorf("read runner answer: the connection closed after %d bytes of an answer that is not whole: %w", len(b), err)}
+		}
 		return resp.Header, &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's answer is not a result: %v", pod, err)}
 	}
 	return resp.Header, nil
+}
+
+// answerKeys are the keys every runner writes in a result, an execution's
+// or a call's (wire.Process's exit code, which both embed, never omitted):
+// an answer without them is not one, whatever JSON it is.
+var answerKeys = []string{"exit_code"}
+
+// decodeAnswer decodes a runner's result into out, first checking that it
+// is one: a JSON object with answerKeys (and a call's "result", which the
+// runner writes even when it is null). JSON alone is not enough: "{}" or
+// "null" decode into a zero result without an error, and serve would pass
+// that on as a 200 that is not the run's or the tool's answer.
+func decodeAnswer(b []byte, out any) error {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return err
+	}
+	if keys == nil {
+		return errors.New("null, not a JSON object")
+	}
+	want := answerKeys
+	if _, ok := out.(*wire.CallResult); ok {
+		want = append(want[:len(want):len(want)], "result")
+	}
+	for _, k := range want {
+		if _, ok := keys[k]; !ok {
+			return fmt.Errorf("no %q in it: %.200s", k, b)
+		}
+	}
+	return json.Unmarshal(b, out)
 }
 
 // readEvents reads a runner's events to the end of the answer (so that its
@@ -153,7 +190,7 @@ func readEvents(body io.Reader, pod string, limit int64, out any, output func(st
 			}
 			output(ev.Name, text)
 		case wire.EventResult:
-			if err := json.Unmarshal(ev.Data, out); err != nil {
+			if err := decodeAnswer(ev.Data, out); err != nil {
 				return &api.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("%s: the runner's answer is not a result: %v", pod, err)}
 			}
 			result = true

@@ -26,7 +26,7 @@ func TestPostStream(t *testing.T) {
 		check             func(t *testing.T, err error)
 	}{
 		{name: "events", ctype: events, status: 200,
-			body:    "event: stdout\ndata: \"a\\n\"\n\n: a comment\n\nevent: stderr\ndata: \"e\"\n\nevent: result\ndata: {\"stdout\":\"a\\n\"}\n\n",
+			body:    "event: stdout\ndata: \"a\\n\"\n\n: a comment\n\nevent: stderr\ndata: \"e\"\n\nevent: result\ndata: {\"sandbox_id\":\"p\",\"exit_code\":0,\"stdout\":\"a\\n\"}\n\n",
 			wantOut: "stdout:a\n|stderr:e|", wantRes: "a\n"},
 		{name: "error event", ctype: events, status: 200,
 			body:    "event: stdout\ndata: \"a\"\n\nevent: error\ndata: {\"error\":\"run: wait: boom\",\"status\":500}\n\n",
@@ -45,7 +45,7 @@ func TestPostStream(t *testing.T) {
 					t.Fatalf("%#v, want a *Lost", err)
 				}
 			}},
-		{name: "plain JSON", ctype: "application/json", status: 200, body: `{"stdout":"all"}`, wantRes: "all"},
+		{name: "plain JSON", ctype: "application/json", status: 200, body: `{"sandbox_id":"p","exit_code":0,"stdout":"all"}`, wantRes: "all"},
 		{name: "refused", ctype: "application/json", status: 409, body: `{"error":"taken"}`,
 			check: func(t *testing.T, err error) {
 				var r *Refusal

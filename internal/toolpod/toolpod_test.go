@@ -362,3 +362,34 @@ func TestMaxAnswerFollowsReadyTimeout(t *testing.T) {
 		t.Errorf("MaxAnswer: %s ready within a minute, %s within fifteen", short, long)
 	}
 }
+
+// TestCallBrokenAnswerIsNever200: a runner's connection that breaks
+// mid-answer (a close-delimited answer cut short, as when the tool pod's
+// node dies), or a 200 whose JSON is not a call's answer, is a 502 naming
+// the pod, never a 200 without the tool's result.
+func TestCallBrokenAnswerIsNever200(t *testing.T) {
+	for name, raw := range map[string]string{
+		"cut":          `{"sandbox_id":"x","exit_code":0,"resu`,
+		"empty":        ``,
+		"empty object": `{}`,
+		"null":         `null`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, ready, func(w http.ResponseWriter, r *http.Request) {
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + raw))
+				c.Close()
+			}, 5*time.Second)
+			res, err := e.caller.Call(t.Context(), testCall(t, "agent:dev"))
+			ae, ok := api.AsError(err)
+			if !ok || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Msg, "tool pod sandbox-tool-") {
+				t.Fatalf("res %+v, err %v: want a 502 naming the tool pod", res, err)
+			}
+			t.Log(ae.Msg)
+		})
+	}
+}
