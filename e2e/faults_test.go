@@ -67,7 +67,7 @@ def one(i):
             b = json.loads(r.read())
             if not isinstance(b, dict):
                 b = {"body": b}
-            right = b.get("result") == {"sum": i + 1} if call else b.get("exit_code") == 0 and b.get("stdout") == "%d\n" % i
+            right = b.get("result") == {"sum": i + 1, "args": [i, 1]} if call else b.get("exit_code") == 0 and b.get("stdout") == "%d\n" % i
             out.update(status=r.status, id=b.get("sandbox_id") or "", ok=right)
             if not right:
                 # What the wrong answer held, so that the log names it.

@@ -135,7 +135,6 @@ type lostNode struct {
 	le               loadEnv
 	victim, survivor string
 	down             bool      // the victim's container is not running
-	nodeDeleted      bool      // its Node was deleted since it last registered
 	lostAt           time.Time // when it was first killed
 	measured         []string  // what each step measured, for the summary
 }
@@ -242,34 +241,6 @@ func (ln *lostNode) waitNode(ctx context.Context, t *testing.T, what string, wit
 
 // nodeUsable: Ready, and with the pod range PodNetwork configures it for.
 func nodeUsable(n *corev1.Node) bool { return nodeIsReady(n) && n.Spec.PodCIDR != "" }
-
-// restartKubelet restarts the victim's kubelet, so that it registers its
-// Node again. After its Node was deleted, the rejoined node got no pod
-// range within 2 minutes in the first run on kind (2026-12-06): its kubelet,
-// started at boot, did not register a new Node that the node IPAM
-// controller would give one. A kubelet registers at its start; one started
-// again is what an operator does for a machine whose Node was deleted.
-// systemd in the node container may not take the command for a moment
-// after docker start: tried again for a minute.
-func (ln *lostNode) restartKubelet(ctx context.Context, t *testing.T) {
-	t.Helper()
-	var out []byte
-	var err error
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		out, err = exec.CommandContext(cctx, "docker", "exec", ln.victim, "systemctl", "restart", "kubelet").CombinedOutput()
-		cancel()
-		if err == nil {
-			t.Logf("kubelet restarted on %s", ln.victim)
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("restart the kubelet on %s: %v: %s", ln.victim, err, out)
-		}
-		time.Sleep(2 * time.Second)
-	}
-}
 
 // lostUnderLoad kills the victim while the client on the survivor sends,
 // and judges what the client saw and the survivor's refill.
@@ -435,10 +406,10 @@ func (ln *lostNode) start(ctx context.Context, t *testing.T) time.Time {
 	ln.docker(ctx, t, "start", ln.victim)
 	ln.down = false
 	started := time.Now()
-	if ln.nodeDeleted {
-		ln.restartKubelet(ctx, t)
-		ln.nodeDeleted = false
+	if err := kindenv.NodeStarted(ctx, ln.victim); err != nil {
+		t.Fatalf("kubelet of %s: %v", ln.victim, err)
 	}
+	t.Logf("kubelet restarted on %s", ln.victim)
 	ready := ln.waitNode(ctx, t, "Ready with a pod range", 3*time.Minute, nodeUsable)
 	if err := Suite(ctx).Cluster.PodNetwork(ctx); err != nil {
 		t.Fatalf("pod network after %s came back: %v", ln.victim, err)
@@ -486,7 +457,6 @@ func (ln *lostNode) deleted(ctx context.Context, t *testing.T) {
 	if err := ln.cs.CoreV1().Nodes().Delete(ctx, ln.victim, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete node %s: %v", ln.victim, err)
 	}
-	ln.nodeDeleted = true
 	t.Logf("node %s deleted", ln.victim)
 	var left []string
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, goneWithin, true, func(ctx context.Context) (bool, error) {
@@ -590,10 +560,8 @@ func (ln *lostNode) restore(ctx context.Context, t *testing.T) {
 		return
 	}
 	ln.down = false
-	if ln.nodeDeleted {
-		if out, err := exec.CommandContext(ctx, "docker", "exec", ln.victim, "systemctl", "restart", "kubelet").CombinedOutput(); err != nil {
-			t.Logf("restart the kubelet on %s: %v: %s", ln.victim, err, out)
-		}
+	if err := kindenv.NodeStarted(ctx, ln.victim); err != nil {
+		t.Errorf("kubelet of %s: %v", ln.victim, err)
 	}
 	if err := Suite(ctx).Cluster.PodNetwork(ctx); err != nil {
 		t.Errorf("pod network after %s came back: %v", ln.victim, err)

@@ -301,3 +301,36 @@ func (c *Cluster) Nodes() (controlPlane string, workers []string, err error) {
 	slices.Sort(workers)
 	return cp, workers, nil
 }
+
+// kubeletFlags is where kind's kubeadm left the kubelet's flags.
+const kubeletFlags = "/var/lib/kubelet/kubeadm-flags.env"
+
+// NodeStarted readies a node whose container was started again: its
+// kubelet's --node-ip set back to its address on kind's network, and the
+// kubelet restarted, so that it registers a new Node if its old one was
+// deleted. On a node also attached to the stand-ins' networks, kind's
+// entrypoint takes another of its addresses at the start: on kind on
+// 2026-12-06 the link-local one on the metadata stand-in's network, which
+// the kubelet refuses ("nodeIP can't be a link-local unicast address"), so
+// that a Node registered again had no address and PodNetwork no route to
+// it. systemd in the container may not take a command for a moment after
+// docker start: tried again for a minute.
+func NodeStarted(ctx context.Context, node string) error {
+	addr, err := docker(ctx, "inspect", "--format", `{{(index .NetworkSettings.Networks "kind").IPAddress}}`, node)
+	if err != nil {
+		return fmt.Errorf("the address of %s on kind's network: %w", node, err)
+	}
+	ip, err := netip.ParseAddr(strings.TrimSpace(addr))
+	if err != nil {
+		return fmt.Errorf("the address of %s on kind's network: %q: %w", node, addr, err)
+	}
+	script := fmt.Sprintf(`sed -i -E 's/--node-ip=[^ "]+/--node-ip=%s/' %s && systemctl restart kubelet`, ip, kubeletFlags)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := docker(ctx, "exec", node, "sh", "-c", script)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
