@@ -3,7 +3,6 @@ package exec
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 )
@@ -250,19 +249,6 @@ func pythonArgs(opts Options, snippet string, ctl int) []string {
 		args = append(args, snippet)
 	}
 	return args
-}
-
-// pyTuple is names as a Python tuple of strings: module names (checked by
-// Prestart) and warm-up steps (fixed code), quoted as Go quotes ASCII,
-// which Python reads alike.
-func pyTuple(names []string) string {
-	var t strings.Builder
-	t.WriteString("(")
-	for _, n := range names {
-		t.WriteString(strconv.QuoteToASCII(n) + ", ")
-	}
-	t.WriteString(")")
-	return t.String()
 }
 
 func pyBool(b bool) string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -103,4 +104,39 @@ func warmUpSteps(preload []string) []string {
 		steps = append(steps, warmCollect)
 	}
 	return steps
+}
+
+// PreloadModulesScript is Python source that does in a bare python3 what
+// a preload does (imports preload, then runs its warm-up steps, each
+// failure skipped) and prints the sorted list of the modules that added to
+// sys.modules: what a preloaded interpreter may show a snippet beyond a
+// fresh one's (TestPreloadedIsFresh, and the e2e suite on kind).
+func PreloadModulesScript(preload []string) string {
+	return fmt.Sprintf(`import sys
+b = set(sys.modules)
+for m in %s:
+    try:
+        __import__(m)
+    except BaseException:
+        pass
+for w in %s:
+    try:
+        exec(w, {})
+    except BaseException:
+        pass
+print(sorted(set(sys.modules) - b))
+`, pyTuple(preload), pyTuple(warmUpSteps(preload)))
+}
+
+// pyTuple is names as a Python tuple of strings: module names (checked by
+// Prestart) and warm-up steps (fixed code), quoted as Go quotes ASCII,
+// which Python reads alike.
+func pyTuple(names []string) string {
+	var t strings.Builder
+	t.WriteString("(")
+	for _, n := range names {
+		t.WriteString(strconv.QuoteToASCII(n) + ", ")
+	}
+	t.WriteString(")")
+	return t.String()
 }

@@ -197,18 +197,7 @@ func preloadedModules(t *testing.T, env []string) (preload, extra []string) {
 			preload = append(preload, m)
 		}
 	}
-	// The imports, then the warm-up steps as the preamble runs them.
-	script := fmt.Sprintf(`import sys
-b = set(sys.modules)
-for m in %s:
-    __import__(m)
-for w in %s:
-    try:
-        exec(w, {})
-    except BaseException:
-        pass
-print(sorted(set(sys.modules) - b))
-`, pyTuple(preload), pyTuple(warmUpSteps(preload)))
+	script := PreloadModulesScript(preload)
 	var out []byte
 	// Twice: the first builds matplotlib's font list, as the image's build
 	// does, which imports what reading the fonts needs.
