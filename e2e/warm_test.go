@@ -214,13 +214,16 @@ func checkPreloaded(t *testing.T, warm, bare seen, preloaded map[string]bool) {
 	t.Logf("modules: %d of the preload's %d there", extra, len(preloaded))
 }
 
-// preloadedModules are the modules that importing exec.DefaultPreload adds
-// to bare python3's, in pod, with the runner's environment.
+// preloadedModules are the modules that importing exec.DefaultPreload and
+// running its warm-up add to bare python3's, in pod, with the runner's
+// environment.
 func preloadedModules(ctx context.Context, t *testing.T, cfg *envconf.Config, pod *corev1.Pod) map[string]bool {
 	t.Helper()
-	code := "import sys\nb = set(sys.modules)\nfor m in '" + exec.DefaultPreload + "'.split(','):\n    __import__(m)\n" +
-		"print(sorted(set(sys.modules) - b))\n"
-	got := bareInPod(ctx, t, cfg, pod, code)
+	preload, err := exec.ParsePreload(exec.DefaultPreload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := bareInPod(ctx, t, cfg, pod, exec.PreloadModulesScript(preload))
 	if got.Exit != 0 {
 		t.Fatalf("import the preload in %s: %+v", pod.Name, got)
 	}

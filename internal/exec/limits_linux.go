@@ -2,6 +2,7 @@ package exec
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -66,7 +67,9 @@ import (
 // ready, so that the preload never delays readiness, and with stdout and
 // stderr on /dev/null, so that nothing it prints reaches the job's output.
 // It checks the socket before each module and stops at the first sign of
-// the job, which then waits at most for the module under way. The modules
+// the job, which then waits at most for the module under way. After the
+// modules come the warm-up steps (preload.go), code rather than names
+// (they begin with '#'), checked for the job alike. The modules
 // come before the working directory is on sys.path and before the job's
 // files exist, so neither can stand in for one.
 //
@@ -144,9 +147,13 @@ const preamble = `def _sandbox():
             os.dup2(n, 1)
             os.dup2(n, 2)
             try:
-                __import__(q)
+                if q[0] == '#':
+                    exec(q, {})
+                else:
+                    __import__(q)
             except BaseException:
-                m.append(q)
+                if q[0] != '#':
+                    m.append(q)
             finally:
                 os.dup2(o, 1)
                 os.dup2(e, 2)
@@ -233,23 +240,15 @@ func pythonArgs(opts Options, snippet string, ctl int) []string {
 		fmt.Fprintf(&l, "(%d, %d), ", kv[0], kv[1])
 	}
 	l.WriteString(")")
-	args := []string{"-I", "-u", "-B", "-c", fmt.Sprintf(preamble, l.String(), opts.Nice, pyBool(opts.IdleCPU), ctl, pyTuple(opts.Preload))}
+	preload := opts.Preload
+	if len(preload) > 0 && !opts.NoWarmUp {
+		preload = append(slices.Clip(preload), warmUpSteps(preload)...)
+	}
+	args := []string{"-I", "-u", "-B", "-c", fmt.Sprintf(preamble, l.String(), opts.Nice, pyBool(opts.IdleCPU), ctl, pyTuple(preload))}
 	if ctl < 0 {
 		args = append(args, snippet)
 	}
 	return args
-}
-
-// pyTuple is names as a Python tuple of strings; each is a module name
-// (checked by Prestart), so it needs no escaping.
-func pyTuple(names []string) string {
-	var t strings.Builder
-	t.WriteString("(")
-	for _, n := range names {
-		fmt.Fprintf(&t, "'%s', ", n)
-	}
-	t.WriteString(")")
-	return t.String()
 }
 
 func pyBool(b bool) string {

@@ -45,6 +45,10 @@ type Options struct {
 	// next module: the job never waits for more than the import under way.
 	// Run, which has its job at once, ignores it.
 	Preload []string
+	// NoWarmUp leaves out, after the Preload, the warm-up steps that pay
+	// the modules' first use (preload.go): the first frame, describe() and
+	// PNG. Benchmarks set it to compare; nothing else does.
+	NoWarmUp bool
 
 	// WeakenKillLeaderOnly makes Run as weak as a naive runner: at the
 	// deadline it kills only the python3 process, never sweeps its tree, and

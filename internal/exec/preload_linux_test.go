@@ -131,7 +131,8 @@ var preloadDiffers = map[string]struct{ why, with string }{
 
 // TestPreloadedIsFresh: what a snippet sees of a preloaded interpreter is
 // what a fresh one shows it, but for the preloaded modules in sys.modules,
-// exactly those that importing them imports in a bare python3, and the
+// exactly those that importing them and the warm-up steps import in a bare
+// python3 (descriptors among the rest: the warm-up closes what it opens), and the
 // differences listed in preloadDiffers. The preload is some of the
 // standard library and, unless -short, those of DefaultPreload that this
 // machine has, under the sandbox image's matplotlib settings.
@@ -178,7 +179,8 @@ func preloadEnv(t *testing.T) []string {
 }
 
 // preloadedModules returns the preload the test uses and the modules that
-// importing it adds to a bare python3's sys.modules, under env.
+// importing it, and its warm-up steps, add to a bare python3's sys.modules,
+// under env.
 func preloadedModules(t *testing.T, env []string) (preload, extra []string) {
 	t.Helper()
 	python, err := findPython("", env)
@@ -195,7 +197,7 @@ func preloadedModules(t *testing.T, env []string) (preload, extra []string) {
 			preload = append(preload, m)
 		}
 	}
-	script := fmt.Sprintf("import sys\nb = set(sys.modules)\nfor m in %s:\n    __import__(m)\nprint(sorted(set(sys.modules) - b))\n", pyTuple(preload))
+	script := PreloadModulesScript(preload)
 	var out []byte
 	// Twice: the first builds matplotlib's font list, as the image's build
 	// does, which imports what reading the fonts needs.
@@ -223,4 +225,85 @@ func setDiff(got, want []string) (more, less []string) {
 		}
 	}
 	return more, less
+}
+
+// TestWarmUpSteps: the warm-up steps follow the preload's modules.
+func TestWarmUpSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		preload []string
+		want    []string
+	}{
+		{"none", nil, nil},
+		{"no module with a warm-up", []string{"json", "numpy"}, nil},
+		{"pandas", []string{"numpy", "pandas"}, []string{warmPandas, warmCollect}},
+		{"pyplot", []string{"matplotlib.pyplot"}, []string{warmPyplot, warmCollect}},
+		{"both: the plot through pandas", []string{"numpy", "pandas", "matplotlib.pyplot"}, []string{warmPandas, warmPandasPlot, warmCollect}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := warmUpSteps(tc.preload); !slices.Equal(got, tc.want) {
+				t.Errorf("warmUpSteps(%q) = %q, want %q", tc.preload, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestWarmUpRuns: a preloaded interpreter has used what it imported before
+// its job (the modules its first plot and frame import are there, the
+// font file it drew with is closed again), and with NoWarmUp it has not.
+// Unless -short, with this machine's data stack.
+func TestWarmUpRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a second or more of CPU per preload")
+	}
+	env := preloadEnv(t)
+	python, err := findPython("", env)
+	if err != nil {
+		t.Skip(err)
+	}
+	const probe = `import os, sys
+print([m in sys.modules for m in ('matplotlib.backends.backend_agg', 'pandas.io.formats.string', 'pandas.plotting._matplotlib')])
+print(sorted(os.listdir('/proc/self/fd')))
+`
+	// Before any run: the end of each kills this process's other children.
+	data, _ := ParsePreload(DefaultPreload)
+	have := map[string]bool{}
+	for _, m := range data {
+		have[m] = osexec.Command(python, "-I", "-c", "import "+m).Run() == nil
+	}
+	// The descriptors must be those of an interpreter without a preload.
+	bare := prestart(t, Options{Env: env})
+	waitFor(t, bare.Ready(), "ready")
+	res, err := bare.Run(t.Context(), Job{Code: probe, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	_, fds, _ := strings.Cut(res.Stdout, "\n")
+	for _, tc := range []struct {
+		name     string
+		preload  string
+		noWarmUp bool
+		want     string
+	}{
+		{"data stack", DefaultPreload, false, "[True, True, True]"},
+		{"data stack without the warm-up", DefaultPreload, true, "[False, False, False]"},
+		{"pyplot alone", "matplotlib.pyplot", false, "[True, False, False]"},
+		{"pandas alone", "pandas", false, "[False, True, False]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			preload, _ := ParsePreload(tc.preload)
+			for _, m := range preload {
+				if !have[m] {
+					t.Skipf("no %s here", m)
+				}
+			}
+			p := prestart(t, Options{Env: env, Preload: preload, NoWarmUp: tc.noWarmUp})
+			waitFor(t, p.Preloaded(), "preloaded")
+			res, err := p.Run(t.Context(), Job{Code: probe, Timeout: 20 * time.Second})
+			if want := tc.want + "\n" + fds; err != nil || res.Stdout != want || res.Stderr != "" {
+				t.Errorf("Run = %+v, %v; want stdout %q", res, err, want)
+			}
+		})
+	}
 }

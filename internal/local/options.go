@@ -85,6 +85,9 @@ type Options struct {
 	// interpreters import while they wait; a run started for its job
 	// imports nothing ahead.
 	Preload []string
+	// NoWarmUp leaves out the preload's warm-up steps (exec.Options.NoWarmUp):
+	// for benchmarks that compare.
+	NoWarmUp bool
 	// Isolation is IsolationAuto (""), IsolationStrict or IsolationNone.
 	Isolation string
 	// Logger receives the start-up report; nil discards it.

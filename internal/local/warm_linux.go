@@ -140,7 +140,7 @@ func (w *warmPool) start() (*warmRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts.Preload = w.b.opts.Preload
+	opts.Preload, opts.NoWarmUp = w.b.opts.Preload, w.b.opts.NoWarmUp
 	p, err := exec.Prestart(opts)
 	if err != nil {
 		release()
