@@ -83,6 +83,8 @@ type callAnswer struct {
 	Result  wire.CallResult
 	Err     string
 	Elapsed time.Duration
+	// Earlier are the answers of the attempts Call made before this one.
+	Earlier []string
 }
 
 func (a *callAnswer) ok() bool { return a != nil && a.Status == http.StatusOK }
@@ -104,6 +106,9 @@ func (a *callAnswer) describe() string {
 	if a.ok() && a.Result.Error != nil {
 		s += fmt.Sprintf("; error %s %s: %s", a.Result.Error.Kind, a.Result.Error.Type, clip(a.Result.Error.Message, 200))
 	}
+	if len(a.Earlier) > 0 {
+		s += fmt.Sprintf("; asked again after %s", strings.Join(a.Earlier, ", "))
+	}
 	return s
 }
 
@@ -112,8 +117,36 @@ type callAPI interface {
 	Call(ctx context.Context, req wire.CallRequest) (*callAnswer, error)
 }
 
-// Call posts req to /v1/call; an error means no usable HTTP answer.
+// notReadyRetries is how many more times Call asks after serve's 504 for a
+// tool pod that was not Ready in its time: nothing ran (a busy node started
+// the image slowly: PodInitializing after 30 s in a clean-clone run of
+// 2026-12-06), and what the checks judge is what code in a tool pod can
+// do, which a pod that never started does not show. A client asks again
+// too. notReadyMark is that answer's error, as toolpod words it.
+const (
+	notReadyRetries = 2
+	notReadyMark    = "was not Ready within"
+)
+
+// Call posts req to /v1/call, again after a 504 for a tool pod that was not
+// Ready (notReadyRetries); an error means no usable HTTP answer.
 func (s *httpSandbox) Call(ctx context.Context, req wire.CallRequest) (*callAnswer, error) {
+	var earlier []string
+	for {
+		a, err := s.callOnce(ctx, req)
+		if a != nil && a.Status == http.StatusGatewayTimeout && strings.Contains(a.Err, notReadyMark) &&
+			len(earlier) < notReadyRetries && ctx.Err() == nil {
+			earlier = append(earlier, fmt.Sprintf("HTTP 504 in %s (%s)", a.Elapsed.Round(time.Second), clip(a.Err, 160)))
+			continue
+		}
+		if a != nil {
+			a.Earlier = earlier
+		}
+		return a, err
+	}
+}
+
+func (s *httpSandbox) callOnce(ctx context.Context, req wire.CallRequest) (*callAnswer, error) {
 	status, body, elapsed, err := s.post(ctx, "/v1/call", req, toolAnswerLimit)
 	if status == 0 {
 		return nil, err

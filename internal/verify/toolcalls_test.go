@@ -3,6 +3,11 @@ package verify
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -256,5 +261,43 @@ func TestToolTreeJudgedAsTheRunners(t *testing.T) {
 	var none *callAnswer
 	if r := judgeTreeAs("toolcalls/timeout-kills-tree", none.asAnswer(), errors.New("HTTP 504")); r.Status != Fail {
 		t.Errorf("no answer: %s, want FAIL", r.Status)
+	}
+}
+
+// TestCallAsksAgainWhenNotReady: a 504 for a tool pod that was not Ready is
+// asked again, at most notReadyRetries times, and said in the evidence;
+// other 5xx are not.
+func TestCallAsksAgainWhenNotReady(t *testing.T) {
+	notReady := `{"error":"tool pod sandbox-tool-x was not Ready within 30s (scheduling and image pull), waiting for: PodInitializing; the pod is deleted"}`
+	ok := `{"sandbox_id":"sandbox-tool-y","stdout":"","stderr":"","exit_code":0,"duration_ms":5,"result":1}`
+	for _, tc := range []struct {
+		name    string
+		answers []string // status and body, in turn
+		status  int
+		calls   int
+	}{
+		{"ready at the third", []string{"504", notReady, "504", notReady, "200", ok}, 200, 3},
+		{"never ready", []string{"504", notReady, "504", notReady, "504", notReady, "200", ok}, 504, 3},
+		{"another 504", []string{"504", `{"error":"the call ran out of time"}`, "200", ok}, 504, 1},
+		{"a 503", []string{"503", notReady, "200", ok}, 503, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				i := int(calls.Add(1)-1) * 2
+				st, _ := strconv.Atoi(tc.answers[i])
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(st)
+				_, _ = w.Write([]byte(tc.answers[i+1]))
+			}))
+			defer srv.Close()
+			a, _ := newHTTPSandbox(srv.URL, "").Call(t.Context(), wire.CallRequest{Image: "i", Function: "m:f"})
+			if a == nil || a.Status != tc.status || int(calls.Load()) != tc.calls {
+				t.Fatalf("answer %+v after %d calls; want HTTP %d after %d", a, calls.Load(), tc.status, tc.calls)
+			}
+			if got, want := len(a.Earlier), tc.calls-1; got != want || (want > 0 && !strings.Contains(a.describe(), "asked again after HTTP 504")) {
+				t.Errorf("earlier %q, described %q; want %d earlier answers said", a.Earlier, a.describe(), want)
+			}
+		})
 	}
 }
