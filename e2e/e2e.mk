@@ -53,7 +53,7 @@ e2e: e2e-tools-test
 	grep -E '^--- (PASS|FAIL|SKIP): Test' bin/e2e.log | sort -t'(' -k2 -rn | head -12; \
 	if [ "$$rc" != 0 ]; then echo "e2e: what failed:"; \
 	  (cd e2e && $(GO) tool test2json -t < $(CURDIR)/bin/e2e.log | $(GO) run ./cmd/sandbox-failures); \
-	  grep -E -- '^panic:' -A12 bin/e2e.log | head -30; fi; \
+	  grep -E -A12 -- '^panic:' bin/e2e.log | head -30; fi; \
 	exit $$rc
 
 # e2e-multinode: a fresh cluster of a control plane and two workers, the
