@@ -17,16 +17,6 @@ import (
 	sbexec "github.com/sandboxd/sandbox/internal/exec"
 )
 
-// kindDataSnippet is e2e's kindenv.DataSnippet, the data snippet that
-// make bench-kind measures against its floor (that module cannot be
-// imported from here): a 100-row frame, describe(), a plot saved as PNG.
-const kindDataSnippet = `import numpy as np, pandas as pd, matplotlib.pyplot as plt
-df = pd.DataFrame({"x": np.arange(100), "y": np.arange(100) ** 2})
-df.describe()
-df.plot(x="x", y="y")
-plt.savefig("plot.png")
-`
-
 // floorScript is make bench-kind's floor (e2e/bench's client "imported"
 // mode) as a server: it imports the data stack, says so, then for each
 // line on stdin runs the snippet in fresh globals in this python3, its
@@ -57,7 +47,7 @@ type floor struct {
 
 func startFloor(b *testing.B, python string) *floor {
 	b.Helper()
-	cmd := osexec.Command(python, "-I", "-c", floorScript, kindDataSnippet)
+	cmd := osexec.Command(python, "-I", "-c", floorScript, sbexec.DataSnippet)
 	tmp := b.TempDir()
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + tmp, "TMPDIR=" + tmp, "MPLCONFIGDIR=" + filepath.Join(tmp, "matplotlib")}
 	cmd.Stderr = &floorStderr{b}
@@ -148,7 +138,7 @@ func BenchmarkDataFloor(b *testing.B) {
 	b.Logf("sandboxed %v", backends["warmup"].Sandboxed())
 	// The job times its exec() of the snippet as the floor does: its
 	// figures are then comparable with the floor's whole.
-	job := sbexec.Job{Code: fmt.Sprintf(timedSnippet, strconv.Quote(kindDataSnippet)), Timeout: 60 * time.Second}
+	job := sbexec.Job{Code: fmt.Sprintf(timedSnippet, strconv.Quote(sbexec.DataSnippet)), Timeout: 60 * time.Second}
 	times := map[string][]time.Duration{}
 	var cpu, mem = map[string][]float64{}, map[string][]float64{}
 	for b.Loop() {
