@@ -93,11 +93,7 @@ func TestWarmRunLooksFresh(t *testing.T) {
 				warm := normalizeSeen(kube.Workdir, res.Stdout, res.Stderr, res.ExitCode)
 				bare := bareInPod(ctx, t, cfg, pod, codes[i])
 				if name == "modules" {
-					// Twice, for the reason below.
-					if again := bareInPod(ctx, t, cfg, pod, codes[i]); again != bare {
-						t.Logf("modules: two bare runs differ (the reference, not the warm pod):\nfirst:  %+v\nsecond: %+v", bare, again)
-						bare = again
-					}
+					bare = bareAgain(ctx, t, cfg, pod, name, codes[i], bare)
 					checkPreloaded(t, warm, bare, preloadedModules(ctx, t, cfg, pod))
 					continue
 				}
@@ -106,16 +102,7 @@ func TestWarmRunLooksFresh(t *testing.T) {
 					continue
 				}
 				if warm != bare && !warmDiffers[name] {
-					// bare python3 is the reference, reached through the
-					// API server's exec, whose transport on a loaded node
-					// is not what this test is about: a second bare run
-					// tells a reference that changed from a warm pod that
-					// differs.
-					again := bareInPod(ctx, t, cfg, pod, codes[i])
-					if again != bare {
-						t.Logf("%s: two bare runs differ (the reference, not the warm pod):\nfirst:  %+v\nsecond: %+v", name, bare, again)
-						bare = again
-					}
+					bare = bareAgain(ctx, t, cfg, pod, name, codes[i], bare)
 				}
 				switch {
 				case warm != bare && !warmDiffers[name]:
@@ -212,6 +199,20 @@ func checkPreloaded(t *testing.T, warm, bare seen, preloaded map[string]bool) {
 		}
 	}
 	t.Logf("modules: %d of the preload's %d there", extra, len(preloaded))
+}
+
+// bareAgain runs code with bare python3 a second time and returns that run,
+// having logged it if it differs from the first. bare python3 is the
+// reference, reached through the API server's exec, whose transport on a
+// loaded node is not what TestWarmRunLooksFresh is about: a second bare run
+// tells a reference that changed from a warm pod that differs.
+func bareAgain(ctx context.Context, t *testing.T, cfg *envconf.Config, pod *corev1.Pod, name, code string, first seen) seen {
+	t.Helper()
+	again := bareInPod(ctx, t, cfg, pod, code)
+	if again != first {
+		t.Logf("%s: two bare runs differ (the reference, not the warm pod):\nfirst:  %+v\nsecond: %+v", name, first, again)
+	}
+	return again
 }
 
 // preloadedModules are the modules that importing exec.DefaultPreload and
