@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -346,33 +345,41 @@ func TestKubeRouterStopped(t *testing.T) {
 // readyOnProofRounds is how many pods TestReadyOnProofTiming times.
 const readyOnProofRounds = 6
 
-// TestReadyOnProofTiming measures create-to-Ready of snippet pods now that
-// readiness is the runner's proof (before, with the 2 s timer: 2.5 to 4 s on
-// this cluster): one warm pod of a serve pod deleted at a time, its
-// replacement timed from the watch's ADDED to its Ready.
+// replacedTimerDelay is the timer readiness was before the runner's proof:
+// Ready 2 s after the container started.
+const replacedTimerDelay = 2 * time.Second
+
+// TestReadyOnProofTiming measures snippet pods' readiness now that it is
+// the runner's proof: one warm pod of a serve pod deleted at a time, its
+// replacement timed from the watch's ADDED, and from its container first
+// seen running, to its Ready. The proof is judged on the second span, its
+// own: create-to-Ready is mostly the node starting a pod (2.5 to 4 s on an
+// idle cluster with the timer, 8 s on a loaded CI node), which the proof
+// neither adds to nor saves.
 func TestReadyOnProofTiming(t *testing.T) {
 	f := features.New("create-to-Ready on proof").
 		WithLabel("needs", "service").
 		Setup(withFullPool).
 		Assess("timed", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			pe := poolOf(ctx)
-			var took []time.Duration
+			var took, proved []time.Duration
 			var proof string
 			for i := range readyOnProofRounds {
-				d, name := timeReplacement(ctx, t, pe)
-				took = append(took, d)
-				t.Logf("round %d: %s Ready %s after it was created", i+1, name, d.Round(time.Millisecond))
+				r := timeReplacement(ctx, t, pe)
+				took = append(took, r.created)
+				proved = append(proved, r.running)
+				t.Logf("round %d: %s Ready %s after it was created, %s after its container was seen running",
+					i+1, r.name, r.created.Round(time.Millisecond), r.running.Round(time.Millisecond))
 				if proof == "" {
-					proof = sealLine(ctx, pe.cs, name)
+					proof = sealLine(ctx, pe.cs, r.name)
 				}
 				waitWarm(ctx, t, pe.cs, pe.owner, pe.target, refillDeadline)
 			}
-			sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-			p50 := took[len(took)/2]
-			t.Logf("create-to-Ready on proof: min %s, p50 %s, max %s over %d pods (with the 2 s timer: 2.5 to 4 s); the runner's proof: %s",
-				took[0].Round(time.Millisecond), p50.Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), len(took), proof)
-			if p50 > 4*time.Second {
-				t.Errorf("median create-to-Ready %s: the proof is slower than the timer it replaced", p50)
+			p50, p50proof := median(took), median(proved)
+			t.Logf("over %d pods, create-to-Ready p50 %s, running-to-Ready p50 %s (the timer it replaced: %s); the runner's proof: %s",
+				len(took), p50.Round(time.Millisecond), p50proof.Round(time.Millisecond), replacedTimerDelay, proof)
+			if p50proof >= replacedTimerDelay {
+				t.Errorf("median running-to-Ready %s: the proof is slower than the %s timer it replaced", p50proof, replacedTimerDelay)
 			}
 			return ctx
 		}).
@@ -380,9 +387,17 @@ func TestReadyOnProofTiming(t *testing.T) {
 	testenv.Test(t, f)
 }
 
+// replacement is how long a replaced warm pod took to be Ready.
+type replacement struct {
+	name string
+	// created is from the watch's ADDED; running from the first event that
+	// shows its container running (zero when that event already says Ready).
+	created, running time.Duration
+}
+
 // timeReplacement deletes one warm pod of pe's pool and times its
-// replacement from creation (the watch's ADDED) to Ready.
-func timeReplacement(ctx context.Context, t *testing.T, pe poolEnv) (time.Duration, string) {
+// replacement to Ready.
+func timeReplacement(ctx context.Context, t *testing.T, pe poolEnv) replacement {
 	t.Helper()
 	pods, err := poolPods(ctx, pe.cs, pe.owner)
 	if err != nil {
@@ -408,7 +423,7 @@ func timeReplacement(ctx context.Context, t *testing.T, pe poolEnv) (time.Durati
 	if err := pe.cs.CoreV1().Pods(kindenv.Namespace).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	added := map[string]time.Time{}
+	added, running := map[string]time.Time{}, map[string]time.Time{}
 	timeout := time.After(refillDeadline)
 	for {
 		select {
@@ -417,19 +432,29 @@ func timeReplacement(ctx context.Context, t *testing.T, pe poolEnv) (time.Durati
 				t.Fatal("the watch ended")
 			}
 			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || known[p.Name] {
+			if !ok || known[p.Name] || ev.Type == watch.Deleted {
 				continue
 			}
-			if _, ok := added[p.Name]; !ok && ev.Type != watch.Deleted {
-				added[p.Name] = time.Now()
+			now := time.Now()
+			if _, ok := added[p.Name]; !ok {
+				added[p.Name] = now
+			}
+			if _, ok := running[p.Name]; !ok && containerRunning(p) {
+				running[p.Name] = now
 			}
 			if kube.IsReady(p) {
-				return time.Since(added[p.Name]), p.Name
+				return replacement{name: p.Name, created: now.Sub(added[p.Name]), running: now.Sub(running[p.Name])}
 			}
 		case <-timeout:
 			t.Fatalf("no replacement of %s Ready within %s", victim, refillDeadline)
 		}
 	}
+}
+
+// containerRunning says whether p's first container is running.
+func containerRunning(p *corev1.Pod) bool {
+	cs := p.Status.ContainerStatuses
+	return len(cs) > 0 && cs[0].State.Running != nil
 }
 
 // sealLine is the runner's log line about its proof, for the test log.
