@@ -21,6 +21,8 @@ const (
 	dataSettle = 3 * time.Second
 	// preloadEnv is serve's setting of the snippet pods' preload; "" is none.
 	preloadEnv = "SANDBOX_PRELOAD"
+	// preloadAlwaysEnv is serve's --preload-always.
+	preloadAlwaysEnv = "SANDBOX_PRELOAD_ALWAYS"
 )
 
 // measureData sets side by side, in one run, a data agent's snippet

@@ -392,13 +392,55 @@ func maxTime(a, c time.Time) time.Time {
 	return a
 }
 
+// burstSettle is left after the pools are idle and before a burst: long
+// enough for the floor's pods to have preloaded, yielding or not.
+const burstSettle = 10 * time.Second
+
 // measureBurst sends Burst requests BurstConc at a time through the Service
 // to idle pools (each at its floor), as a burst of agents would, and
-// records the largest pool each replica grew to.
+// records the largest pool each replica grew to: with the preload as
+// deployed (yielding to a busy node unless told otherwise), with the
+// preload taken at once whatever the node's load, and with none, in turns
+// in one run. It leaves the settings as it found them.
 func (b *Bench) measureBurst(ctx context.Context) error {
+	_, restoreAlways := b.serveEnvSetter(ctx, preloadAlwaysEnv)
+	_, restorePreload := b.serveEnvSetter(ctx, preloadEnv)
+	defer func() {
+		ctx := context.WithoutCancel(ctx)
+		for _, restore := range []func(context.Context) error{restoreAlways, restorePreload} {
+			if err := restore(ctx); err != nil {
+				b.logf("restore serve's preload settings: %v", err)
+			}
+		}
+	}()
+	for _, st := range []struct{ name, assignment string }{
+		{"preload as deployed", ""},
+		{"preload at once, busy node or not", preloadAlwaysEnv + "=true"},
+		{"no preload", preloadEnv + "="},
+	} {
+		if st.assignment != "" {
+			if err := b.setServeEnv(ctx, st.assignment); err != nil {
+				return err
+			}
+		}
+		phase := "burst" // the plot's, as deployed
+		if st.assignment != "" {
+			phase += ", " + st.name
+		}
+		if err := b.burst(ctx, phase, st.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// burst is one burst of measureBurst, its samples of phase and its row
+// labelled with setting.
+func (b *Bench) burst(ctx context.Context, phase, setting string) error {
 	if err := b.waitIdle(ctx); err != nil {
 		return err
 	}
+	time.Sleep(burstSettle)
 	largest := map[string]int{}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -419,7 +461,7 @@ func (b *Bench) measureBurst(ctx context.Context) error {
 		}
 	})
 	start := time.Now()
-	s, err := b.load(ctx, "burst", b.url, b.o.Burst, b.o.BurstConc)
+	s, err := b.load(ctx, phase, b.url, b.o.Burst, b.o.BurstConc)
 	wall := time.Since(start)
 	close(done)
 	wg.Wait()
@@ -436,7 +478,7 @@ func (b *Bench) measureBurst(ctx context.Context) error {
 			ok++
 		}
 	}
-	b.rows = append(b.rows, Row{What: fmt.Sprintf("burst of %d at concurrency %d on idle pools", b.o.Burst, b.o.BurstConc),
+	b.rows = append(b.rows, Row{What: fmt.Sprintf("burst of %d at concurrency %d on idle pools, %s", b.o.Burst, b.o.BurstConc, setting),
 		MS: latencies(s, false), Rate: fmt.Sprintf("%.1f exec/s", float64(ok)/wall.Seconds()),
 		Note: fmt.Sprintf("503s: %d; %s in all (from the host); unclaimed pods at most %v", busy, wall.Round(100*time.Millisecond), largest) + failures(s)})
 	return nil

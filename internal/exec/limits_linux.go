@@ -66,10 +66,11 @@ import (
 // that a job's own imports of them cost nothing: after it has said it is
 // ready, so that the preload never delays readiness, and with stdout and
 // stderr on /dev/null, so that nothing it prints reaches the job's output.
-// It checks the socket before each module and stops at the first sign of
-// the job, which then waits at most for the module under way. After the
+// Before each module it asks on the socket whether it may go on and reads
+// the answer: a go (Options.PreloadGate) or the job, which ends the preload
+// there and then waits at most for the module under way. After the
 // modules come the warm-up steps (preload.go), code rather than names
-// (they begin with '#'), checked for the job alike. The modules
+// (they begin with '#'), asked for alike. The modules
 // come before the working directory is on sys.path and before the job's
 // files exist, so neither can stand in for one.
 //
@@ -135,14 +136,12 @@ const preamble = `def _sandbox():
                 del sys.modules['atexit']
             del atexit, y
         for q in t:
-            os.set_blocking(d, False)
-            try:
-                x = os.read(d, 65536)
-            except BlockingIOError:
-                pass
-            os.set_blocking(d, True)
-            if x is not None:
+            os.write(d, b'w')
+            x = os.read(d, 65536)
+            if x != b'g':
+                x = x[1:] if x[:1] == b'g' else x
                 break
+            x = None
             o, e, n = os.dup(1), os.dup(2), os.open(os.devnull, os.O_WRONLY)
             os.dup2(n, 1)
             os.dup2(n, 2)

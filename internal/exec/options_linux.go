@@ -45,6 +45,11 @@ type Options struct {
 	// next module: the job never waits for more than the import under way.
 	// Run, which has its job at once, ignores it.
 	Preload []string
+	// PreloadGate, when set, is asked before each module and warm-up step
+	// of the Preload, and the step begins when it returns true; false (or
+	// stop, closed when the interpreter takes its job or ends) ends the
+	// preload there. WhenCPUIdle makes the preload yield to a busy machine.
+	PreloadGate func(stop <-chan struct{}) bool
 	// NoWarmUp leaves out, after the Preload, the warm-up steps that pay
 	// the modules' first use (preload.go): the first frame, describe() and
 	// PNG. Benchmarks set it to compare; nothing else does.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultPreload is what the sandbox image's pre-started python3 imports
@@ -14,6 +15,11 @@ import (
 // matplotlib.pyplot brings matplotlib, its font list and the backend that
 // MPLBACKEND names (Agg in the image).
 const DefaultPreload = "numpy,pandas,matplotlib.pyplot"
+
+// PreloadIdleWindow is the window the runner's preload measures before
+// each step: long enough for a hundred clock ticks a second to count, short
+// enough to add little to a preload of six steps.
+const PreloadIdleWindow = 100 * time.Millisecond
 
 // moduleName is a dotted Python module name. Only such names reach the
 // preamble's source, so that a preload list cannot be code.

@@ -67,6 +67,45 @@ func TestPreloadDoesNotHoldTheJob(t *testing.T) {
 	}
 }
 
+// TestPreloadGate: each module waits for the gate, one ask at a time; a
+// job that comes while the gate holds runs without the rest, and the gate
+// is told to stop.
+func TestPreloadGate(t *testing.T) {
+	asked := make(chan struct{}, 8)
+	release := make(chan struct{})
+	stopped := make(chan struct{}, 1)
+	gate := func(stop <-chan struct{}) bool {
+		asked <- struct{}{}
+		select {
+		case <-release:
+			return true
+		case <-stop:
+			stopped <- struct{}{}
+			return false
+		}
+	}
+	p := prestart(t, Options{Preload: []string{"json", "this"}, NoWarmUp: true, PreloadGate: gate})
+	waitFor(t, p.Ready(), "ready")
+	waitFor(t, asked, "the first ask")
+	time.Sleep(100 * time.Millisecond)
+	if len(asked) != 0 || isClosed(p.Preloaded()) {
+		t.Fatalf("asked %d more times, preloaded %v, while the gate held the first module", len(asked), isClosed(p.Preloaded()))
+	}
+	res, err := p.Run(t.Context(), Job{Code: "import sys; print('json' in sys.modules, 'this' in sys.modules)", Timeout: 10 * time.Second})
+	if err != nil || res.Stdout != "False False\n" {
+		t.Errorf("Run = %+v, %v; want neither module, the gate having held the first", res, err)
+	}
+	waitFor(t, stopped, "the gate told to stop")
+
+	// Let go, each module is asked for in turn and imported.
+	close(release)
+	q := prestart(t, Options{Preload: []string{"json", "this"}, NoWarmUp: true, PreloadGate: gate})
+	waitFor(t, q.Preloaded(), "preloaded")
+	if len(asked) != 2 {
+		t.Errorf("asked %d times for 2 modules", len(asked))
+	}
+}
+
 // TestPreloadRefusesCode: only module names reach the preamble.
 func TestPreloadRefusesCode(t *testing.T) {
 	for _, name := range []string{"os; print(1)", "a..b", "x')", ""} {

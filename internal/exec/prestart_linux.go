@@ -22,13 +22,18 @@ import (
 // socket:
 //
 //   - the preamble writes stubReady once the limits hold;
-//   - with Options.Preload it then imports those modules, checking the
-//     socket before each: a job that has begun to arrive ends the preload
-//     there. Having imported them all, it writes stubPreloaded, the modules
-//     that failed (comma-separated) and a newline;
+//   - with Options.Preload it then imports those modules, asking before
+//     each (stubAsks) and reading the answer: goAhead, which the Interp
+//     writes once Options.PreloadGate lets it, or the job, which ends the
+//     preload there. Having imported them all, it writes stubPreloaded, the
+//     modules that failed (comma-separated) and a newline;
 //   - it blocks reading the socket;
 //   - Run writes the code file's path, a NUL and the code, and shuts its
-//     side for writing, once the input files and the code file are in place;
+//     side for writing, once the input files and the code file are in place.
+//     A goAhead comes only in answer to a stubAsks and never after the job
+//     has begun (both are written under mu): a goAhead in the read that
+//     brings the job's start is its first byte, and the path, absolute,
+//     begins with '/';
 //   - the preamble reads to end of file, writes stubTook and closes the
 //     socket, and only then compiles and runs the code.
 //
@@ -51,9 +56,14 @@ const ctlFD = 3
 // What the preamble writes on the socket.
 const (
 	stubReady     = 'r'
+	stubAsks      = 'w' // may it import the next module of the preload
 	stubPreloaded = 'p'
 	stubTook      = 't'
 )
+
+// goAhead is what the Interp answers stubAsks with: import the next one.
+const goAhead = 'g'
+
 
 // maxPreloadReport bounds what monitor keeps of the preload's report: the
 // names of the modules that failed, far fewer bytes than this.
@@ -73,6 +83,7 @@ type Interp struct {
 
 	ready, preloaded, took, lost chan struct{} // closed as the socket says so
 	monitored                    chan struct{} // closed when the socket has ended
+	asks                         chan struct{} // a stubAsks waits for its answer
 	missing                      []string      // set before preloaded is closed
 
 	mu       sync.Mutex
@@ -138,8 +149,9 @@ func Prestart(opts Options) (*Interp, error) {
 	}
 	p := &Interp{opts: opts, su: su, c: c, ctl: ours,
 		ready: make(chan struct{}), preloaded: make(chan struct{}), took: make(chan struct{}), lost: make(chan struct{}),
-		monitored: make(chan struct{})}
+		monitored: make(chan struct{}), asks: make(chan struct{}, 1)}
 	go p.monitor() // owned: Run and Close wait for monitored
+	go p.answer()  // owned: it ends with the monitor
 	if c.sb != nil {
 		if err := c.sb.setup(context.Background(), c.pid); err != nil {
 			p.mu.Lock()
@@ -176,6 +188,11 @@ func (p *Interp) monitor() {
 				report = []byte{x}
 			case x == stubReady && !isClosed(p.ready):
 				close(p.ready)
+			case x == stubAsks:
+				select {
+				case p.asks <- struct{}{}:
+				default: // one asked already: the preamble asks again only once answered
+				}
 			case x == stubTook && !isClosed(p.took):
 				close(p.took)
 			}
@@ -186,6 +203,27 @@ func (p *Interp) monitor() {
 			}
 			return
 		}
+	}
+}
+
+// answer lets the preload go on, one module or step at a time, each
+// time Options.PreloadGate lets it and the job has not come.
+func (p *Interp) answer() {
+	for {
+		select {
+		case <-p.asks:
+		case <-p.monitored:
+			return
+		}
+		if g := p.opts.PreloadGate; g != nil && !g(p.monitored) {
+			return
+		}
+		p.mu.Lock()
+		if !p.used && !p.closed {
+			// One byte into an empty socket buffer: it does not block.
+			_, _ = p.ctl.Write([]byte{goAhead})
+		}
+		p.mu.Unlock()
 	}
 }
 

@@ -163,7 +163,14 @@ func writeSnippet(code string, owner *[2]int) (string, error) {
 		os.Remove(f.Name())
 		return "", fmt.Errorf("run: write snippet: %w", err)
 	}
-	return f.Name(), nil
+	// Absolute, which a pre-started interpreter's protocol relies on
+	// (prestart.go), whatever TMPDIR says.
+	abs, err := filepath.Abs(f.Name())
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("run: write snippet: %w", err)
+	}
+	return abs, nil
 }
 
 // start runs the prepared child, unisolated, to completion and builds the

@@ -104,6 +104,9 @@ type PodOptions struct {
 	// Preload are the modules the runner's python3 imports while it waits
 	// (the runner's --preload); none when empty.
 	Preload []string
+	// PreloadAlways is the runner's --preload-always: the preload does not
+	// wait for the node to have CPU to spare.
+	PreloadAlways bool
 
 	// Weaken weakens the pod on purpose (see package weaken); the zero Set
 	// in every real deployment. The restricted namespace refuses a
@@ -218,6 +221,9 @@ func SnippetPod(o PodOptions, name string, uid int64) *corev1.Pod {
 	}
 	if len(o.Preload) > 0 {
 		args = append(args, "--preload", strings.Join(o.Preload, ","))
+		if o.PreloadAlways {
+			args = append(args, "--preload-always")
+		}
 	}
 	args = append(args, o.Seal.args(sealed)...)
 	if sealed {

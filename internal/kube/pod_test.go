@@ -179,6 +179,13 @@ func TestSnippetPodOptions(t *testing.T) {
 	if i := slices.Index(c.Args, "--preload"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "numpy,matplotlib.pyplot" {
 		t.Errorf("args %v: the runner is not told what to preload", c.Args)
 	}
+	if slices.Contains(c.Args, "--preload-always") {
+		t.Errorf("args %v: the preload told not to yield to a busy node", c.Args)
+	}
+	always := testPod(PodOptions{Preload: []string{"numpy"}, PreloadAlways: true})
+	if args := always.Spec.Containers[0].Args; !slices.Contains(args, "--preload-always") {
+		t.Errorf("args %v: PreloadAlways not passed on", args)
+	}
 }
 
 // TestSnippetPodDNS: a sealed pod resolves through its own runner only (no

@@ -62,6 +62,7 @@ func vars() kong.Vars {
 		"max_procs":            strconv.Itoa(exec.DefaultMaxProcs),
 		"max_file_size":        strconv.Itoa(exec.DefaultMaxFileSize),
 		"preload":              exec.DefaultPreload,
+		"preload_idle_window":  exec.PreloadIdleWindow.String(),
 		"verify_name":          verify.DefaultName,
 		"verify_caller":        verify.DefaultCaller,
 		"cluster_domain":       verify.DefaultClusterDomain,

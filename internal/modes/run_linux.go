@@ -26,6 +26,9 @@ func (c *RunCmd) Run(d *Deps) error {
 	}
 	opts.Env = c.snippetEnv(opts.Dir)
 	opts.Preload, _ = exec.ParsePreload(c.Preload) // checked by Validate
+	if !c.PreloadAlways {
+		opts.PreloadGate = exec.WhenCPUIdle(exec.PreloadIdleWindow)
+	}
 	if c.SeedTmp != "" {
 		if err := runner.SeedTmp(c.SeedTmp, os.TempDir()); err != nil {
 			return fmt.Errorf("runner: %w", err)

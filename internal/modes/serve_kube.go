@@ -21,22 +21,23 @@ import (
 // KubeFlags are serve's flags for the Kubernetes backend; ServeCmd embeds
 // them. In the cluster the Deployment sets them through the environment.
 type KubeFlags struct {
-	Namespace    string        `env:"SANDBOX_NAMESPACE" help:"Namespace of the sandbox pods (default: this pod's namespace in a cluster, else ${namespace})."`
-	Image        string        `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the sandbox pods (python3 and this binary)."`
-	PoolSize     int           `name:"pool-size" default:"${pool_size}" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods always kept: the warm pool's floor."`
-	PoolMax      int           `name:"pool-max" env:"SANDBOX_POOL_MAX" help:"The most unclaimed sandbox pods (Ready or starting) the pool grows to under demand (default ${pool_max_factor} × --pool-size). It bounds what a flood of requests can start."`
-	PoolWait     time.Duration `name:"pool-wait" default:"${pool_wait}" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
-	RuntimeClass string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
-	RunnerPort   int           `name:"runner-port" default:"${runner_port}" help:"Port of the runner in sandbox pods."`
-	PodPidsLimit int64         `name:"pod-pids-limit" default:"${pod_pids_limit}" env:"SANDBOX_POD_PIDS_LIMIT" help:"The kubelet's podPidsLimit where sandbox pods run: their runner keeps the snippet's process limit below it (0: unknown, trust the container's own limit)."`
-	CPURequest   string        `name:"pod-cpu-request" env:"SANDBOX_POD_CPU_REQUEST" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes so the warm pool fits."`
-	PodName      string        `name:"pod-name" env:"POD_NAME" help:"This serve pod's name (downward API): the owner of the sandbox pods (default: the host name)."`
-	PodUID       string        `name:"pod-uid" env:"POD_UID" help:"This serve pod's UID (downward API): sandbox pods get an ownerReference to it."`
-	Kubeconfig   string        `type:"path" help:"Kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)."`
-	SnippetDNS   string        `name:"snippet-dns" enum:"${snippet_dns_modes}" default:"${snippet_dns}" env:"SANDBOX_SNIPPET_DNS" help:"DNS of snippet pods: sealed (the pod's runner answers every name NXDOMAIN at once and nothing leaves the pod; its NetworkPolicy allows no egress) or cluster (the cluster DNS, which forwards outside names upstream: a channel out). The manifests' policies follow the pods' label."`
-	SealProbe    []string      `name:"seal-probe" sep:"," env:"SANDBOX_SEAL_PROBE" placeholder:"HOST:PORT" help:"Addresses sandbox pods must find cut (refused or silent) before they are Ready (default inside a cluster: the API server's Service, KUBERNETES_SERVICE_HOST:PORT). Required outside one."`
-	Preload      string        `default:"${preload}" env:"SANDBOX_PRELOAD" placeholder:"MODULES" help:"Modules (comma-separated) the snippet's pre-started python3 imports while it waits for its job, after its pod is Ready, so that a snippet's imports of them are free; \"\" for none. The local backend names at start those its python3 lacks."`
-	SealDNS      []string      `name:"seal-dns" sep:"," env:"SANDBOX_SEAL_DNS" placeholder:"HOST:PORT" help:"The cluster DNS, which sealed snippet pods must get no answer from before they are Ready (default inside a cluster: the nameservers of serve's own resolv.conf)."`
+	Namespace     string        `env:"SANDBOX_NAMESPACE" help:"Namespace of the sandbox pods (default: this pod's namespace in a cluster, else ${namespace})."`
+	Image         string        `default:"${image}" env:"SANDBOX_IMAGE" help:"Image of the sandbox pods (python3 and this binary)."`
+	PoolSize      int           `name:"pool-size" default:"${pool_size}" env:"SANDBOX_POOL_SIZE" help:"Ready, unclaimed sandbox pods always kept: the warm pool's floor."`
+	PoolMax       int           `name:"pool-max" env:"SANDBOX_POOL_MAX" help:"The most unclaimed sandbox pods (Ready or starting) the pool grows to under demand (default ${pool_max_factor} × --pool-size). It bounds what a flood of requests can start."`
+	PoolWait      time.Duration `name:"pool-wait" default:"${pool_wait}" env:"SANDBOX_POOL_WAIT" help:"How long a request waits for a Ready pod before 503."`
+	RuntimeClass  string        `name:"runtime-class" env:"SANDBOX_RUNTIME_CLASS" help:"runtimeClassName of sandbox pods (e.g. gvisor); empty keeps the cluster default."`
+	RunnerPort    int           `name:"runner-port" default:"${runner_port}" help:"Port of the runner in sandbox pods."`
+	PodPidsLimit  int64         `name:"pod-pids-limit" default:"${pod_pids_limit}" env:"SANDBOX_POD_PIDS_LIMIT" help:"The kubelet's podPidsLimit where sandbox pods run: their runner keeps the snippet's process limit below it (0: unknown, trust the container's own limit)."`
+	CPURequest    string        `name:"pod-cpu-request" env:"SANDBOX_POD_CPU_REQUEST" help:"CPU request of sandbox pods, below their ${snippet_cpu}-CPU limit (default: equal to it). Lower it on small nodes so the warm pool fits."`
+	PodName       string        `name:"pod-name" env:"POD_NAME" help:"This serve pod's name (downward API): the owner of the sandbox pods (default: the host name)."`
+	PodUID        string        `name:"pod-uid" env:"POD_UID" help:"This serve pod's UID (downward API): sandbox pods get an ownerReference to it."`
+	Kubeconfig    string        `type:"path" help:"Kubeconfig file (default: in-cluster config, else KUBECONFIG or ~/.kube/config)."`
+	SnippetDNS    string        `name:"snippet-dns" enum:"${snippet_dns_modes}" default:"${snippet_dns}" env:"SANDBOX_SNIPPET_DNS" help:"DNS of snippet pods: sealed (the pod's runner answers every name NXDOMAIN at once and nothing leaves the pod; its NetworkPolicy allows no egress) or cluster (the cluster DNS, which forwards outside names upstream: a channel out). The manifests' policies follow the pods' label."`
+	SealProbe     []string      `name:"seal-probe" sep:"," env:"SANDBOX_SEAL_PROBE" placeholder:"HOST:PORT" help:"Addresses sandbox pods must find cut (refused or silent) before they are Ready (default inside a cluster: the API server's Service, KUBERNETES_SERVICE_HOST:PORT). Required outside one."`
+	PreloadAlways bool          `name:"preload-always" env:"SANDBOX_PRELOAD_ALWAYS" help:"Snippet pods import the --preload even while their node is busy; by default each module waits for a CPU's worth of idle time on the node (the local backend's never waits)."`
+	Preload       string        `default:"${preload}" env:"SANDBOX_PRELOAD" placeholder:"MODULES" help:"Modules (comma-separated) the snippet's pre-started python3 imports while it waits for its job, after its pod is Ready, so that a snippet's imports of them are free; \"\" for none. The local backend names at start those its python3 lacks."`
+	SealDNS       []string      `name:"seal-dns" sep:"," env:"SANDBOX_SEAL_DNS" placeholder:"HOST:PORT" help:"The cluster DNS, which sealed snippet pods must get no answer from before they are Ready (default inside a cluster: the nameservers of serve's own resolv.conf)."`
 
 	// For the e2e suite's negative tests only: see package weaken.
 	Weaken []string `name:"weaken" env:"SANDBOX_WEAKEN" sep:"," hidden:"" placeholder:"NAME" help:"Weaken the sandbox pods on purpose (${weaken_serve}), to show that verify's checks can fail. Never in production."`
@@ -93,16 +94,17 @@ func newKubeBackend(f *KubeFlags, log *slog.Logger) (server.Backend, func(), err
 		Client:    client,
 		Namespace: ns,
 		Pod: kube.PodOptions{
-			Image:        f.Image,
-			RuntimeClass: f.RuntimeClass,
-			RunnerPort:   int32(f.RunnerPort),
-			Owner:        owner,
-			CPURequest:   f.CPURequest,
-			PidsLimit:    f.PodPidsLimit,
-			DNS:          f.SnippetDNS,
-			Seal:         sealOpts,
-			Preload:      preload,
-			Weaken:       weakened,
+			Image:         f.Image,
+			RuntimeClass:  f.RuntimeClass,
+			RunnerPort:    int32(f.RunnerPort),
+			Owner:         owner,
+			CPURequest:    f.CPURequest,
+			PidsLimit:     f.PodPidsLimit,
+			DNS:           f.SnippetDNS,
+			Seal:          sealOpts,
+			Preload:       preload,
+			PreloadAlways: f.PreloadAlways,
+			Weaken:        weakened,
 		},
 		Size:   f.PoolSize,
 		Max:    f.PoolMax,
