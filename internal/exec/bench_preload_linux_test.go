@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -22,7 +23,9 @@ plt.savefig("plot.png")
 // BenchmarkPreload sets side by side, interleaved, the data snippet and
 // print(1), each given to a pre-started interpreter without a preload and
 // to one that has imported DefaultPreload (its job given once the preload
-// is done), and reports the medians from the job to its result. It also
+// is done), and reports the medians from the job to its result, and for
+// print(1) from its output to its result: the interpreter's exit, where a
+// preloaded one frees the memory of its modules. It also
 // reports what the preload costs each interpreter: CPU time and resident
 // memory beyond those of one without it, both waiting.
 func BenchmarkPreload(b *testing.B) {
@@ -44,7 +47,7 @@ func BenchmarkPreload(b *testing.B) {
 	}
 	data := Job{Code: dataSnippet, Timeout: 60 * time.Second}
 	print1 := Job{Code: "print(1)", Timeout: 10 * time.Second}
-	var dataPlain, dataPre, printPlain, printPre, cpu, rss []time.Duration
+	var dataPlain, dataPre, printPlain, printPre, exitPlain, exitPre, cpu, rss []time.Duration
 	for b.Loop() {
 		plain, pre := warmPair(b, env, preload)
 		cpu = append(cpu, cpuTime(b, pre.Pid())-cpuTime(b, plain.Pid()))
@@ -52,13 +55,16 @@ func BenchmarkPreload(b *testing.B) {
 		dataPlain = append(dataPlain, timeJob(b, plain, data, "count"))
 		dataPre = append(dataPre, timeJob(b, pre, data, "count"))
 		plain, pre = warmPair(b, env, preload)
-		printPlain = append(printPlain, timeJob(b, plain, print1, "1"))
-		printPre = append(printPre, timeJob(b, pre, print1, "1"))
+		d, exit := timeJobExit(b, plain, print1, "1")
+		printPlain, exitPlain = append(printPlain, d), append(exitPlain, exit)
+		d, exit = timeJobExit(b, pre, print1, "1")
+		printPre, exitPre = append(printPre, d), append(exitPre, exit)
 	}
 	for _, m := range []struct {
 		name string
 		d    []time.Duration
-	}{{"data-median-ns", dataPlain}, {"data-preloaded-median-ns", dataPre}, {"print1-median-ns", printPlain}, {"print1-preloaded-median-ns", printPre}} {
+	}{{"data-median-ns", dataPlain}, {"data-preloaded-median-ns", dataPre}, {"print1-median-ns", printPlain}, {"print1-preloaded-median-ns", printPre},
+		{"print1-exit-median-ns", exitPlain}, {"print1-preloaded-exit-median-ns", exitPre}} {
 		b.ReportMetric(float64(medianOf(m.d).Nanoseconds()), m.name)
 	}
 	b.ReportMetric(float64(medianOf(cpu).Milliseconds()), "preload-cpu-ms")
@@ -96,6 +102,29 @@ func timeJob(b *testing.B, p *Interp, job Job, want string) time.Duration {
 		b.Fatalf("Run: %v %+v", err, res)
 	}
 	return d
+}
+
+// timeJobExit is timeJob that also returns the time from the job's first
+// output to its result.
+func timeJobExit(b *testing.B, p *Interp, job Job, want string) (total, exit time.Duration) {
+	b.Helper()
+	var mu sync.Mutex
+	var out time.Time
+	job.Output = func(_, _ string) {
+		mu.Lock()
+		if out.IsZero() {
+			out = time.Now()
+		}
+		mu.Unlock()
+	}
+	total = timeJob(b, p, job, want)
+	end := time.Now()
+	mu.Lock()
+	defer mu.Unlock()
+	if out.IsZero() {
+		b.Fatal("no output streamed")
+	}
+	return total, end.Sub(out)
 }
 
 // cpuTime is a process's user and system time so far (stat(5) fields 14
