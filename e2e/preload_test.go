@@ -8,16 +8,24 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
+	"github.com/sandboxd/sandbox/internal/kube"
 )
 
-// preloadSettle is how long the test leaves the pools idle, so that every
-// warm pod has done its preload: about a CPU-second each at the snippet's
-// idle priority.
-const preloadSettle = 20 * time.Second
+// preloadDeadline bounds the wait for every warm pod to have preloaded:
+// about a CPU-second each, one or two at a time as the node has a CPU to
+// spare (the preload yields to a busy node).
+const preloadDeadline = 2 * time.Minute
+
+// preloadedLine is what a snippet pod's runner logs once its python3 has
+// imported the preload.
+const preloadedLine = "python3 preloaded"
 
 // preloadedCode says whether pandas and pyplot were imported before the
 // snippet's own imports, and then does what a data agent does.
@@ -34,11 +42,7 @@ func TestWarmPodsPreload(t *testing.T) {
 	f := features.New("warm pods have the data stack imported before the job").
 		Setup(withService).
 		Assess("a settled warm pod has preloaded", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			select {
-			case <-time.After(preloadSettle):
-			case <-ctx.Done():
-				t.Fatal(ctx.Err())
-			}
+			t.Logf("every warm pod preloaded %s after the pools were there", waitPreloaded(ctx, t))
 			res := execute(ctx, t, service(ctx), preloadedCode, 30)
 			if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "True" || res.Stderr != "" {
 				t.Errorf("data snippet on a settled warm pod: %+v; want the data stack imported before it, exit 0, no stderr", res)
@@ -47,4 +51,36 @@ func TestWarmPodsPreload(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// waitPreloaded waits until every warm snippet pod's runner has logged its
+// preload done, and returns how long that took.
+func waitPreloaded(ctx context.Context, t *testing.T) time.Duration {
+	t.Helper()
+	cs := clientset(ctx, t)
+	start := time.Now()
+	var waiting []string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, preloadDeadline, true, func(ctx context.Context) (bool, error) {
+		l, err := cs.CoreV1().Pods(kindenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.RunnerSelector().String()})
+		if err != nil {
+			return false, nil
+		}
+		waiting = waiting[:0]
+		warm := 0
+		for _, p := range l.Items {
+			if !kube.IsReady(&p) || kube.IsClaimed(&p) {
+				continue
+			}
+			warm++
+			b, err := cs.CoreV1().Pods(kindenv.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil || !strings.Contains(string(b), preloadedLine) {
+				waiting = append(waiting, p.Name)
+			}
+		}
+		return warm > 0 && len(waiting) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("warm pods not preloaded within %s: %v (still waiting: %v)", preloadDeadline, err, waiting)
+	}
+	return time.Since(start).Round(100 * time.Millisecond)
 }

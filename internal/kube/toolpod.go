@@ -261,6 +261,11 @@ func ToolPodName() string {
 	return "sandbox-tool-" + PodName()[len("sandbox-"):]
 }
 
+// ToolNotReady is in the error of serve's 504 for a tool pod that was not
+// Ready in its time: nothing of the call ran, and verify, which asks again
+// then, recognises the answer by it.
+const ToolNotReady = "was not Ready within"
+
 // ToolWaiting describes what a tool pod that is not Ready is waiting for,
 // init container included: "ImagePullBackOff: Back-off pulling image ...",
 // "Unschedulable: 0/1 nodes are available ...".

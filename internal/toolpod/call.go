@@ -280,8 +280,8 @@ func (c *Caller) notReady(wctx, ctx context.Context, name string, last *corev1.P
 		}
 	}
 	return &api.Error{Status: http.StatusGatewayTimeout,
-		Msg: fmt.Sprintf("tool pod %s was not Ready within %s (scheduling and image pull), waiting for: %s; the pod is deleted",
-			name, c.opts.ReadyTimeout, what)}
+		Msg: fmt.Sprintf("tool pod %s %s %s (scheduling and image pull), waiting for: %s; the pod is deleted",
+			name, kube.ToolNotReady, c.opts.ReadyTimeout, what)}
 }
 
 // unsealed asks the runner of a pod that is running but not Ready why: a

@@ -152,8 +152,9 @@ func TestCallNotReadyIs504NamingTheWait(t *testing.T) {
 	_, err := e.caller.Call(t.Context(), testCall(t, "agent:missing"))
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusGatewayTimeout ||
-		!strings.Contains(ae.Msg, "ImagePullBackOff") || !strings.Contains(ae.Msg, "agent:missing") {
-		t.Fatalf("err %v, want 504 naming the image pull back-off", err)
+		!strings.Contains(ae.Msg, "ImagePullBackOff") || !strings.Contains(ae.Msg, "agent:missing") ||
+		!strings.Contains(ae.Msg, kube.ToolNotReady) {
+		t.Fatalf("err %v, want 504 naming the image pull back-off, in the words verify knows it by", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("took %s for a 300ms deadline", d)

@@ -122,11 +122,8 @@ type callAPI interface {
 // the image slowly: PodInitializing after 30 s in a clean-clone run of
 // 2026-12-06), and what the checks judge is what code in a tool pod can
 // do, which a pod that never started does not show. A client asks again
-// too. notReadyMark is that answer's error, as toolpod words it.
-const (
-	notReadyRetries = 2
-	notReadyMark    = "was not Ready within"
-)
+// too; the answer's error has kube.ToolNotReady.
+const notReadyRetries = 2
 
 // Call posts req to /v1/call, again after a 504 for a tool pod that was not
 // Ready (notReadyRetries); an error means no usable HTTP answer.
@@ -134,7 +131,7 @@ func (s *httpSandbox) Call(ctx context.Context, req wire.CallRequest) (*callAnsw
 	var earlier []string
 	for {
 		a, err := s.callOnce(ctx, req)
-		if a != nil && a.Status == http.StatusGatewayTimeout && strings.Contains(a.Err, notReadyMark) &&
+		if a != nil && a.Status == http.StatusGatewayTimeout && strings.Contains(a.Err, kube.ToolNotReady) &&
 			len(earlier) < notReadyRetries && ctx.Err() == nil {
 			earlier = append(earlier, fmt.Sprintf("HTTP 504 in %s (%s)", a.Elapsed.Round(time.Second), clip(a.Err, 160)))
 			continue
