@@ -64,7 +64,6 @@ const (
 // goAhead is what the Interp answers stubAsks with: import the next one.
 const goAhead = 'g'
 
-
 // maxPreloadReport bounds what monitor keeps of the preload's report: the
 // names of the modules that failed, far fewer bytes than this.
 const maxPreloadReport = 4096
