@@ -20,22 +20,18 @@ import (
 // a preload it has no time to finish, and one that waits is better off
 // preloading once the node has CPU to spare. So the runner's preload takes
 // each step only when, over the window just before it, the machine's CPUs
-// were idle for half a CPU's worth at least: a node with CPU to spare lends
-// it, a saturated one keeps it, and one that is merely busy (a 2-CPU node
-// at 70 %) still preloads. The count is the
-// machine's (/proc/stat is not the container's), which is what the pods
-// compete for; the window falls between steps, so the interpreter's own
-// imports are not in it.
+// were idle for a CPU's worth (half of one on a one-CPU machine), the CPU a
+// step keeps busy: a node with one to spare lends it, a busy one keeps it
+// (half a CPU's worth let more of a burst's pods preload: docs/speed.md).
+// The count is the machine's (/proc/stat is not the container's), which is
+// what the pods compete for; the window falls between steps, so the
+// interpreter's own imports are not in it.
 
 // procStat is where the machine's CPU times are read.
 const procStat = "/proc/stat"
 
-// preloadIdleCPUs is how many CPUs' worth must have been idle over a
-// window for the preload's next step to begin.
-const preloadIdleCPUs = 0.5
-
 // WhenCPUIdle returns a PreloadGate that lets each step begin once a window
-// of the given length has seen the machine's CPUs idle for preloadIdleCPUs,
+// of the given length has seen the machine's CPUs idle for a CPU's worth,
 // measuring window after window until then or until stop. When the CPU
 // times cannot be read it lets the step go: the preload is a speed-up,
 // never a condition.
@@ -57,7 +53,7 @@ func cpuGate(read func() (cpuTimes, error), window time.Duration) func(stop <-ch
 			case <-time.After(window):
 			}
 			after, err := read()
-			if err != nil || after.idleCPUs(before) >= preloadIdleCPUs {
+			if err != nil || after.idleCPUs(before) >= min(1, float64(after.cpus)/2) {
 				return true
 			}
 		}

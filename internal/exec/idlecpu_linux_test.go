@@ -48,7 +48,7 @@ func TestIdleCPUs(t *testing.T) {
 }
 
 // TestCPUGate: the gate holds while the windows are busy, lets the step go
-// in the first window with half a CPU's worth idle,
+// in the first window with a CPU's worth idle (half of one on one CPU),
 // lets it go when the times cannot be read, and says no once stopped.
 func TestCPUGate(t *testing.T) {
 	seq := func(ts ...cpuTimes) (func() (cpuTimes, error), *int) {
@@ -62,8 +62,8 @@ func TestCPUGate(t *testing.T) {
 		}, &n
 	}
 	two := func(idle, total uint64) cpuTimes { return cpuTimes{idle: idle, total: total, cpus: 2} }
-	// Busy (0.2 of 2 CPUs idle), busy (0.4), then quiet enough (0.6).
-	read, n := seq(two(0, 0), two(2, 20), two(2, 20), two(6, 40), two(6, 40), two(12, 60))
+	// Busy (0.2 of 2 CPUs idle), busy (0.8), then quiet (1.2).
+	read, n := seq(two(0, 0), two(2, 20), two(2, 20), two(10, 40), two(10, 40), two(22, 60))
 	if !cpuGate(read, time.Millisecond)(nil) || *n != 6 {
 		t.Errorf("the gate let go after %d reads, want 6: two busy windows, then a quiet one", *n)
 	}
