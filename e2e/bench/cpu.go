@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/exec"
 )
 
 // The node's CPU cost of a phase. kind's node is a container on this
@@ -19,7 +21,7 @@ import (
 // phase costs is its busy CPU time less what the machine spends at rest
 // over as long.
 
-// userHZ is the unit of /proc/stat: USER_HZ, 100 on every Linux
+// userHZ is the unit of exec.CPUTimes: USER_HZ, 100 on every Linux
 // architecture kind runs on.
 const userHZ = 100
 
@@ -42,30 +44,14 @@ type cpuTimes struct {
 }
 
 func readCPUTimes() (cpuTimes, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return cpuTimes{}, err
-	}
-	return parseCPUTimes(string(b))
+	t, err := exec.ReadCPUTimes()
+	return inSeconds(t), err
 }
 
-func parseCPUTimes(stat string) (cpuTimes, error) {
-	line, _, _ := strings.Cut(stat, "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return cpuTimes{}, fmt.Errorf("/proc/stat: first line %q is not the cpu totals", line)
-	}
-	// user nice system idle iowait irq softirq steal
-	var t [9]uint64
-	for i := 1; i <= 8; i++ {
-		v, err := strconv.ParseUint(f[i], 10, 64)
-		if err != nil {
-			return cpuTimes{}, fmt.Errorf("/proc/stat: field %d of %q: %w", i, line, err)
-		}
-		t[i] = v
-	}
+// inSeconds sorts the machine's CPU times as cpuTimes does.
+func inSeconds(t exec.CPUTimes) cpuTimes {
 	secs := func(ticks uint64) float64 { return float64(ticks) / userHZ }
-	return cpuTimes{busy: secs(t[1] + t[2] + t[3] + t[6] + t[7]), steal: secs(t[8]), idle: secs(t[4] + t[5])}, nil
+	return cpuTimes{busy: secs(t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ), steal: secs(t.Steal), idle: secs(t.Idle + t.IOWait)}
 }
 
 func (a cpuTimes) sub(b cpuTimes) cpuTimes {

@@ -3,14 +3,16 @@ package bench
 import (
 	"math"
 	"testing"
+
+	"github.com/sandboxd/sandbox/internal/exec"
 )
 
 func TestParseCPUTimes(t *testing.T) {
-	got, err := parseCPUTimes("cpu  1000 20 300 5000 70 4 6 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
-	if want := (cpuTimes{busy: 13.3, steal: 0.1, idle: 50.7}); err != nil || got != want {
+	ticks, err := exec.ParseCPUTimes([]byte("cpu  1000 20 300 5000 70 4 6 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"))
+	if want, got := (cpuTimes{busy: 13.3, steal: 0.1, idle: 50.7}), inSeconds(ticks); err != nil || got != want {
 		t.Errorf("got %+v, %v; want %+v (busy: user, nice, system, irq, softirq; idle: idle, iowait)", got, err, want)
 	}
-	if _, err := parseCPUTimes("intr 1 2 3\n"); err == nil {
+	if _, err := exec.ParseCPUTimes([]byte("intr 1 2 3\n")); err == nil {
 		t.Error("a first line that is not the cpu totals was read")
 	}
 	if _, err := readCPUTimes(); err != nil {

@@ -1,14 +1,6 @@
 package exec
 
-import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"time"
-)
+import "time"
 
 // A preload that yields.
 //
@@ -27,20 +19,17 @@ import (
 // what the pods compete for; the window falls between steps, so the
 // interpreter's own imports are not in it.
 
-// procStat is where the machine's CPU times are read.
-const procStat = "/proc/stat"
-
 // WhenCPUIdle returns a PreloadGate that lets each step begin once a window
 // of the given length has seen the machine's CPUs idle for a CPU's worth,
 // measuring window after window until then or until stop. When the CPU
 // times cannot be read it lets the step go: the preload is a speed-up,
 // never a condition.
 func WhenCPUIdle(window time.Duration) func(stop <-chan struct{}) bool {
-	return cpuGate(func() (cpuTimes, error) { return readCPUTimes(procStat) }, window)
+	return cpuGate(ReadCPUTimes, window)
 }
 
 // cpuGate is WhenCPUIdle reading the CPU times with read.
-func cpuGate(read func() (cpuTimes, error), window time.Duration) func(stop <-chan struct{}) bool {
+func cpuGate(read func() (CPUTimes, error), window time.Duration) func(stop <-chan struct{}) bool {
 	return func(stop <-chan struct{}) bool {
 		for {
 			before, err := read()
@@ -53,68 +42,22 @@ func cpuGate(read func() (cpuTimes, error), window time.Duration) func(stop <-ch
 			case <-time.After(window):
 			}
 			after, err := read()
-			if err != nil || after.idleCPUs(before) >= min(1, float64(after.cpus)/2) {
+			if err != nil || idleCPUs(before, after) >= min(1, float64(after.CPUs)/2) {
 				return true
 			}
 		}
 	}
 }
 
-// cpuTimes are the machine's CPU times, in clock ticks, as /proc/stat's
-// first line counts them.
-type cpuTimes struct {
-	idle, total uint64 // idle counts iowait too
-	cpus        int    // the cpuN lines
-}
-
-// idleCPUs is how many CPUs' worth were idle between earlier and t.
-func (t cpuTimes) idleCPUs(earlier cpuTimes) float64 {
-	total := t.total - earlier.total
-	if total == 0 || t.total < earlier.total || t.idle < earlier.idle {
+// idleCPUs is how many CPUs' worth were idle (idle or waiting for I/O)
+// between before and after.
+func idleCPUs(before, after CPUTimes) float64 {
+	idle := func(t CPUTimes) uint64 { return t.Idle + t.IOWait }
+	total := func(t CPUTimes) uint64 {
+		return t.User + t.Nice + t.System + t.Idle + t.IOWait + t.IRQ + t.SoftIRQ + t.Steal
+	}
+	if total(after) <= total(before) || idle(after) < idle(before) {
 		return 0
 	}
-	return float64(t.idle-earlier.idle) / float64(total) * float64(t.cpus)
-}
-
-func readCPUTimes(path string) (cpuTimes, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return cpuTimes{}, err
-	}
-	return parseCPUTimes(b)
-}
-
-// parseCPUTimes reads /proc/stat: the "cpu" line's user, nice, system,
-// idle, iowait, irq, softirq and steal (guest time is in user already).
-func parseCPUTimes(b []byte) (cpuTimes, error) {
-	var t cpuTimes
-	found := false
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		switch {
-		case len(f) == 0:
-		case f[0] == "cpu":
-			if len(f) < 5 {
-				return cpuTimes{}, fmt.Errorf("%s: a cpu line of %d fields", procStat, len(f))
-			}
-			for i, v := range f[1:min(len(f), 9)] {
-				n, err := strconv.ParseUint(v, 10, 64)
-				if err != nil {
-					return cpuTimes{}, fmt.Errorf("%s: %w", procStat, err)
-				}
-				t.total += n
-				if i == 3 || i == 4 {
-					t.idle += n
-				}
-			}
-			found = true
-		case strings.HasPrefix(f[0], "cpu"):
-			t.cpus++
-		}
-	}
-	if !found || t.cpus == 0 {
-		return cpuTimes{}, fmt.Errorf("%s: no cpu lines", procStat)
-	}
-	return t, nil
+	return float64(idle(after)-idle(before)) / float64(total(after)-total(before)) * float64(after.CPUs)
 }
