@@ -418,13 +418,11 @@ func (b *Bench) measureBurst(ctx context.Context) error {
 		{"preload at once, busy node or not", preloadAlwaysEnv + "=true"},
 		{"no preload", preloadEnv + "="},
 	} {
+		phase := "burst" // the plot's, as deployed
 		if st.assignment != "" {
 			if err := b.setServeEnv(ctx, st.assignment); err != nil {
 				return err
 			}
-		}
-		phase := "burst" // the plot's, as deployed
-		if st.assignment != "" {
 			phase += ", " + st.name
 		}
 		if err := b.burst(ctx, phase, st.name); err != nil {
