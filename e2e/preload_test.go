@@ -16,16 +16,13 @@ import (
 
 	"github.com/sandboxd/sandbox/e2e/kindenv"
 	"github.com/sandboxd/sandbox/internal/kube"
+	"github.com/sandboxd/sandbox/internal/runner"
 )
 
 // preloadDeadline bounds the wait for every warm pod to have preloaded:
 // about a CPU-second each, one or two at a time as the node has a CPU to
 // spare (the preload yields to a busy node).
 const preloadDeadline = 2 * time.Minute
-
-// preloadedLine is what a snippet pod's runner logs once its python3 has
-// imported the preload.
-const preloadedLine = "python3 preloaded"
 
 // preloadedCode says whether pandas and pyplot were imported before the
 // snippet's own imports, and then does what a data agent does.
@@ -73,7 +70,7 @@ func waitPreloaded(ctx context.Context, t *testing.T) time.Duration {
 			}
 			warm++
 			b, err := cs.CoreV1().Pods(kindenv.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-			if err != nil || !strings.Contains(string(b), preloadedLine) {
+			if err != nil || !strings.Contains(string(b), runner.LogPreloaded) {
 				waiting = append(waiting, p.Name)
 			}
 		}

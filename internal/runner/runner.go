@@ -329,15 +329,19 @@ wait:
 	return nil
 }
 
+// LogPreloaded begins the runner's log line once its python3 has imported
+// the preload, whether or not some modules were missing.
+const LogPreloaded = "python3 preloaded"
+
 // logPreload says, once, that the interpreter has imported its preload
 // (after took, since its start) and which modules it lacks.
 func (s *Server) logPreload(took time.Duration) {
 	log := s.opts.Logger.With("preload", s.opts.Exec.Preload, "preload_ms", took.Milliseconds())
 	if m := s.interp.Missing(); len(m) > 0 {
-		log.Warn("python3 preloaded what it has; the image lacks some modules", "missing", m)
+		log.Warn(LogPreloaded+" what it has; the image lacks some modules", "missing", m)
 		return
 	}
-	log.Info("python3 preloaded its modules")
+	log.Info(LogPreloaded + " its modules")
 }
 
 // healthz answers liveness, with the state of the preload: "done" (and
