@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -103,6 +104,38 @@ func TestPreloadGate(t *testing.T) {
 	waitFor(t, q.Preloaded(), "preloaded")
 	if len(asked) != 2 {
 		t.Errorf("asked %d times for 2 modules", len(asked))
+	}
+}
+
+// TestPreloadGoAheadWithTheJob: a go and the job's first bytes that reach
+// python3 in one read (it was slow to wake: here, stopped) still run the
+// job whole. python3 is stopped while it waits for its answer, the gate
+// lets the next module go, the job is sent, and only then python3 goes on.
+func TestPreloadGoAheadWithTheJob(t *testing.T) {
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	gate := func(stop <-chan struct{}) bool {
+		asked <- struct{}{}
+		select {
+		case <-release:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	p := prestart(t, Options{Preload: []string{"json", "csv"}, NoWarmUp: true, PreloadGate: gate})
+	waitFor(t, asked, "the first ask")
+	if err := syscall.Kill(p.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	time.Sleep(100 * time.Millisecond) // the go is written
+	go func() {
+		time.Sleep(200 * time.Millisecond) // the job is written
+		syscall.Kill(p.Pid(), syscall.SIGCONT)
+	}()
+	res, err := p.Run(t.Context(), Job{Code: "import sys; print('whole', 'json' in sys.modules, __file__[0])", Timeout: 10 * time.Second})
+	if err != nil || res.Stdout != "whole False /\n" || res.ExitCode != 0 {
+		t.Errorf("Run = %+v, %v; want the job whole (its file's path too), and no module: the job came with the go", res, err)
 	}
 }
 

@@ -150,7 +150,9 @@ func Prestart(opts Options) (*Interp, error) {
 		ready: make(chan struct{}), preloaded: make(chan struct{}), took: make(chan struct{}), lost: make(chan struct{}),
 		monitored: make(chan struct{}), asks: make(chan struct{}, 1)}
 	go p.monitor() // owned: Run and Close wait for monitored
-	go p.answer()  // owned: it ends with the monitor
+	if len(opts.Preload) > 0 {
+		go p.answer() // owned: it ends with the monitor
+	}
 	if c.sb != nil {
 		if err := c.sb.setup(context.Background(), c.pid); err != nil {
 			p.mu.Lock()
