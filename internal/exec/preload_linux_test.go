@@ -72,19 +72,8 @@ func TestPreloadDoesNotHoldTheJob(t *testing.T) {
 // job that comes while the gate holds runs without the rest, and the gate
 // is told to stop.
 func TestPreloadGate(t *testing.T) {
-	asked := make(chan struct{}, 8)
-	release := make(chan struct{})
-	stopped := make(chan struct{}, 1)
-	gate := func(stop <-chan struct{}) bool {
-		asked <- struct{}{}
-		select {
-		case <-release:
-			return true
-		case <-stop:
-			stopped <- struct{}{}
-			return false
-		}
-	}
+	asked, release, stopped := make(chan struct{}, 8), make(chan struct{}), make(chan struct{}, 1)
+	gate := heldGate(asked, stopped, release)
 	p := prestart(t, Options{Preload: []string{"json", "this"}, NoWarmUp: true, PreloadGate: gate})
 	waitFor(t, p.Ready(), "ready")
 	waitFor(t, asked, "the first ask")
@@ -107,21 +96,29 @@ func TestPreloadGate(t *testing.T) {
 	}
 }
 
+// heldGate is a PreloadGate that says on asked that it was asked, and lets
+// the step go once release is closed; told to stop first, it says so on
+// stopped.
+func heldGate(asked, stopped chan<- struct{}, release <-chan struct{}) func(<-chan struct{}) bool {
+	return func(stop <-chan struct{}) bool {
+		asked <- struct{}{}
+		select {
+		case <-release:
+			return true
+		case <-stop:
+			stopped <- struct{}{}
+			return false
+		}
+	}
+}
+
 // TestPreloadGoAheadWithTheJob: a go and the job's first bytes that reach
 // python3 in one read (it was slow to wake: here, stopped) still run the
 // job whole. python3 is stopped while it waits for its answer, the gate
 // lets the next module go, the job is sent, and only then python3 goes on.
 func TestPreloadGoAheadWithTheJob(t *testing.T) {
 	asked, release := make(chan struct{}, 1), make(chan struct{})
-	gate := func(stop <-chan struct{}) bool {
-		asked <- struct{}{}
-		select {
-		case <-release:
-			return true
-		case <-stop:
-			return false
-		}
-	}
+	gate := heldGate(asked, make(chan struct{}, 1), release)
 	p := prestart(t, Options{Preload: []string{"json", "csv"}, NoWarmUp: true, PreloadGate: gate})
 	waitFor(t, asked, "the first ask")
 	if err := syscall.Kill(p.Pid(), syscall.SIGSTOP); err != nil {
